@@ -1,0 +1,230 @@
+//! Connection to a ring: one tokio runtime and one scylla session per Python `Session`.
+
+use std::fmt::Display;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use scylla::client::execution_profile::ExecutionProfile;
+use scylla::client::session::Session as ScyllaSession;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::policies::retry::FallthroughRetryPolicy;
+use scylla::statement::Consistency;
+use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
+use tokio::runtime::Runtime;
+
+use crate::convert::BindMarker;
+use crate::writer::BulkWriter;
+
+/// How often a blocking wait wakes up to let Python handle signals (Ctrl-C).
+const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A tokio runtime that is shut down without waiting: dropping the last Python handle
+/// must never block on the network (requests still in flight are abandoned).
+struct IoRuntime(Option<Runtime>);
+
+impl IoRuntime {
+    fn start() -> PyResult<Self> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ringfeed-io")
+            .enable_all()
+            .build()
+            .map(|runtime| Self(Some(runtime)))
+            .map_err(|err| PyRuntimeError::new_err(format!("cannot start the I/O runtime: {err}")))
+    }
+
+    fn get(&self) -> &Runtime {
+        self.0.as_ref().expect("the runtime is only taken on drop")
+    }
+}
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// The runtime and the driver session, shared by a `Session` and its writers.
+pub(crate) struct Client {
+    runtime: IoRuntime,
+    pub session: Arc<ScyllaSession>,
+}
+
+impl Client {
+    /// Runs `future` on this client's runtime with the GIL released; see [`block_on`].
+    pub fn block_on<F>(&self, py: Python<'_>, future: F) -> PyResult<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        block_on(py, self.runtime.get(), future)
+    }
+}
+
+/// Runs `future` to completion with the GIL released, waking up regularly so that
+/// a `KeyboardInterrupt` ends the wait (the future is then dropped).
+fn block_on<F>(py: Python<'_>, runtime: &Runtime, future: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let mut future = pin!(future);
+    loop {
+        let slice = async { tokio::time::timeout(SIGNAL_CHECK_INTERVAL, future.as_mut()).await };
+        match py.detach(|| runtime.block_on(slice)) {
+            Ok(output) => return Ok(output),
+            Err(_elapsed) => py.check_signals()?,
+        }
+    }
+}
+
+/// A connection to a Cassandra ring.
+#[pyclass(module = "ringfeed._native", frozen)]
+pub struct Session {
+    client: Arc<Client>,
+}
+
+#[pymethods]
+impl Session {
+    #[new]
+    #[pyo3(signature = (hosts, port = 9042, username = None, password = None, consistency = "ONE", request_timeout_ms = 12000))]
+    fn new(
+        py: Python<'_>,
+        hosts: Vec<String>,
+        port: u16,
+        username: Option<String>,
+        password: Option<String>,
+        consistency: &str,
+        request_timeout_ms: u64,
+    ) -> PyResult<Self> {
+        if hosts.is_empty() {
+            return Err(PyValueError::new_err("hosts is empty"));
+        }
+        if request_timeout_ms == 0 {
+            return Err(PyValueError::new_err("request_timeout_ms must be positive"));
+        }
+        // Retries are the writer's (with backoff, counted in its stats), not the driver's.
+        let profile = ExecutionProfile::builder()
+            .consistency(parse_consistency(consistency)?)
+            .request_timeout(Some(Duration::from_millis(request_timeout_ms)))
+            .retry_policy(Arc::new(FallthroughRetryPolicy::new()))
+            .build();
+        let contact_points: Vec<String> =
+            hosts.iter().map(|host| contact_point(host, port)).collect();
+        let mut builder = SessionBuilder::new()
+            .known_nodes(&contact_points)
+            .default_execution_profile_handle(profile.into_handle())
+            // Token-aware routing needs keyspaces and tables, not column and UDT details.
+            .fetch_full_schema_metadata(false);
+        match (username, password) {
+            (Some(username), Some(password)) => builder = builder.user(username, password),
+            (None, None) => {}
+            _ => {
+                return Err(PyValueError::new_err(
+                    "give both username and password, or neither",
+                ));
+            }
+        }
+
+        let runtime = IoRuntime::start()?;
+        let session = block_on(py, runtime.get(), builder.build())?.map_err(|err| {
+            PyConnectionError::new_err(format!(
+                "cannot connect to {}: {}",
+                contact_points.join(", "),
+                one_line(err)
+            ))
+        })?;
+        Ok(Self {
+            client: Arc::new(Client {
+                runtime,
+                session: Arc::new(session),
+            }),
+        })
+    }
+
+    /// Prepares a statement; its bind markers decide how `BulkWriter.submit` converts values.
+    fn prepare(&self, py: Python<'_>, cql: &str) -> PyResult<PreparedStatement> {
+        let session = &self.client.session;
+        let mut statement = self
+            .client
+            .block_on(py, session.prepare(cql))?
+            .map_err(|err| {
+                PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err)))
+            })?;
+        // Only idempotent writes (plain INSERTs) go through this module, so retrying is safe.
+        statement.set_is_idempotent(true);
+        let markers = statement
+            .get_variable_col_specs()
+            .iter()
+            .map(|spec| BindMarker::new(spec.name(), spec.typ()))
+            .collect();
+        Ok(PreparedStatement {
+            statement: Arc::new(statement),
+            markers,
+        })
+    }
+
+    #[pyo3(signature = (concurrency = 64, max_retries = 8))]
+    fn writer(&self, concurrency: u32, max_retries: u32) -> PyResult<BulkWriter> {
+        BulkWriter::new(Arc::clone(&self.client), concurrency, max_retries)
+    }
+}
+
+/// A statement prepared by `Session.prepare`.
+#[pyclass(module = "ringfeed._native", frozen)]
+pub struct PreparedStatement {
+    pub statement: Arc<ScyllaPrepared>,
+    pub markers: Vec<BindMarker>,
+}
+
+#[pymethods]
+impl PreparedStatement {
+    /// `(name, cql_type_name)` of each bind marker, in order.
+    #[getter]
+    fn columns(&self) -> Vec<(String, String)> {
+        self.markers
+            .iter()
+            .map(|marker| (marker.name.clone(), marker.type_name.clone()))
+            .collect()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("PreparedStatement({:?})", self.statement.get_statement())
+    }
+}
+
+fn parse_consistency(name: &str) -> PyResult<Consistency> {
+    match name.to_ascii_uppercase().as_str() {
+        "ONE" => Ok(Consistency::One),
+        "TWO" => Ok(Consistency::Two),
+        "LOCAL_ONE" => Ok(Consistency::LocalOne),
+        "QUORUM" => Ok(Consistency::Quorum),
+        "LOCAL_QUORUM" => Ok(Consistency::LocalQuorum),
+        "ALL" => Ok(Consistency::All),
+        _ => Err(PyValueError::new_err(format!(
+            "unknown consistency {name:?}; use ONE, TWO, LOCAL_ONE, QUORUM, LOCAL_QUORUM or ALL"
+        ))),
+    }
+}
+
+/// `host:port`, with an IPv6 literal in brackets.
+fn contact_point(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// An error message on one line (some driver messages span several).
+pub(crate) fn one_line(err: impl Display) -> String {
+    err.to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}

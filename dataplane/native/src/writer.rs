@@ -1,0 +1,259 @@
+//! `BulkWriter`: converts rows under the GIL, then writes them concurrently on the session's
+//! runtime, at most `concurrency` requests in flight, retrying transient failures with backoff.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use scylla::client::session::Session as ScyllaSession;
+use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
+use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::convert::{BoundRow, convert_row};
+use crate::session::{Client, PreparedStatement, one_line};
+
+create_exception!(
+    ringfeed._native,
+    WriteError,
+    PyRuntimeError,
+    "Rows failed to be written after all retries; raised by BulkWriter.flush()."
+);
+
+const BACKOFF_BASE: Duration = Duration::from_millis(50);
+const BACKOFF_CAP: Duration = Duration::from_secs(2);
+
+/// Writes rows of prepared INSERTs concurrently; see `flush` for the outcome.
+#[pyclass(module = "ringfeed._native", frozen)]
+pub struct BulkWriter {
+    client: Arc<Client>,
+    shared: Arc<WriterShared>,
+    concurrency: u32,
+}
+
+/// What the row tasks share with the writer; the tasks outlive a writer dropped without flush.
+struct WriterShared {
+    session: Arc<ScyllaSession>,
+    /// One permit per request in flight, across all `submit` calls.
+    window: Arc<Semaphore>,
+    max_retries: u32,
+    tally: Mutex<Tally>,
+}
+
+#[derive(Default)]
+struct Tally {
+    rows: u64,
+    bytes: u64,
+    retries: u64,
+    failed: u64,
+    since_flush: FlushOutcome,
+}
+
+/// What `flush` reports, then resets.
+#[derive(Default)]
+struct FlushOutcome {
+    written: u64,
+    failed: u64,
+    /// Of `failed`: rows not sent because a row had already failed for good.
+    not_sent: u64,
+    /// The error of the first row that failed for good; once set, no more rows are sent.
+    first_error: Option<String>,
+}
+
+impl Tally {
+    fn record_written(&mut self, bytes: u64) {
+        self.rows += 1;
+        self.bytes += bytes;
+        self.since_flush.written += 1;
+    }
+
+    fn record_failed(&mut self, err: &ExecutionError) {
+        self.failed += 1;
+        self.since_flush.failed += 1;
+        self.since_flush
+            .first_error
+            .get_or_insert_with(|| one_line(err));
+    }
+
+    /// After a row failed for good, flush will raise whatever happens next, so the remaining rows
+    /// are failed at once instead of each waiting out its retries against a ring that is down.
+    fn skip_if_halted(&mut self) -> bool {
+        let halted = self.since_flush.first_error.is_some();
+        if halted {
+            self.failed += 1;
+            self.since_flush.failed += 1;
+            self.since_flush.not_sent += 1;
+        }
+        halted
+    }
+}
+
+impl WriterShared {
+    fn tally(&self) -> MutexGuard<'_, Tally> {
+        // The counters stay meaningful even if a holder panicked.
+        self.tally.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl BulkWriter {
+    pub(crate) fn new(client: Arc<Client>, concurrency: u32, max_retries: u32) -> PyResult<Self> {
+        let limit = u32::try_from(Semaphore::MAX_PERMITS).unwrap_or(u32::MAX);
+        if concurrency == 0 || concurrency > limit {
+            return Err(PyValueError::new_err(format!(
+                "concurrency must be between 1 and {limit}"
+            )));
+        }
+        let shared = WriterShared {
+            session: Arc::clone(&client.session),
+            window: Arc::new(Semaphore::new(concurrency as usize)),
+            max_retries,
+            tally: Mutex::default(),
+        };
+        Ok(Self {
+            client,
+            shared: Arc::new(shared),
+            concurrency,
+        })
+    }
+}
+
+#[pymethods]
+impl BulkWriter {
+    /// Converts all rows first (a bad value raises and nothing of the call is sent),
+    /// then starts one write per row, blocking only while the window is full.
+    fn submit(
+        &self,
+        py: Python<'_>,
+        statement: &Bound<'_, PreparedStatement>,
+        rows: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let prepared = statement.get();
+        let rows = rows
+            .try_iter()?
+            .enumerate()
+            .map(|(index, row)| convert_row(&prepared.markers, &row?, index))
+            .collect::<PyResult<Vec<BoundRow>>>()?;
+
+        let shared = Arc::clone(&self.shared);
+        let statement = Arc::clone(&prepared.statement);
+        self.client.block_on(py, async move {
+            for row in rows {
+                let permit = Arc::clone(&shared.window)
+                    .acquire_owned()
+                    .await
+                    .expect("the window semaphore is never closed");
+                tokio::spawn(write_row(
+                    Arc::clone(&shared),
+                    Arc::clone(&statement),
+                    row,
+                    permit,
+                ));
+            }
+        })
+    }
+
+    /// Waits until every submitted row is written or has failed; returns the rows written
+    /// since the last flush, or raises `WriteError` if any row failed after all retries.
+    fn flush(&self, py: Python<'_>) -> PyResult<u64> {
+        let window = Arc::clone(&self.shared.window);
+        let concurrency = self.concurrency;
+        // Holding every permit means nothing is in flight.
+        self.client.block_on(py, async move {
+            let _all = window
+                .acquire_many(concurrency)
+                .await
+                .expect("the window semaphore is never closed");
+        })?;
+
+        let outcome = std::mem::take(&mut self.shared.tally().since_flush);
+        match outcome.first_error {
+            None => Ok(outcome.written),
+            Some(first_error) => Err(WriteError::new_err(format!(
+                "{} of {} rows failed ({} not sent after the first failure); first error, after up to {} retries: {first_error}",
+                outcome.failed,
+                outcome.written + outcome.failed,
+                outcome.not_sent,
+                self.shared.max_retries,
+            ))),
+        }
+    }
+
+    /// Cumulative counters: rows written, their payload bytes, retries, rows failed.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (rows, bytes, retries, failed) = {
+            let tally = self.shared.tally();
+            (tally.rows, tally.bytes, tally.retries, tally.failed)
+        };
+        let stats = PyDict::new(py);
+        stats.set_item("rows", rows)?;
+        stats.set_item("bytes", bytes)?;
+        stats.set_item("retries", retries)?;
+        stats.set_item("failed", failed)?;
+        Ok(stats)
+    }
+}
+
+/// Writes one row, retrying transient failures; holds its window permit until done.
+async fn write_row(
+    shared: Arc<WriterShared>,
+    statement: Arc<ScyllaPrepared>,
+    row: BoundRow,
+    _permit: OwnedSemaphorePermit,
+) {
+    let mut retries = 0;
+    loop {
+        if shared.tally().skip_if_halted() {
+            return;
+        }
+        match shared
+            .session
+            .execute_unpaged(&statement, &row.values)
+            .await
+        {
+            Ok(_) => return shared.tally().record_written(row.payload_bytes),
+            Err(err) if retries < shared.max_retries && is_transient(&err) => {
+                retries += 1;
+                shared.tally().retries += 1;
+                tokio::time::sleep(backoff(retries)).await;
+            }
+            Err(err) => return shared.tally().record_failed(&err),
+        }
+    }
+}
+
+/// Failures that may pass by themselves: timeouts, overload, unavailable or bootstrapping
+/// replicas, broken or missing connections, internal server errors.
+fn is_transient(err: &ExecutionError) -> bool {
+    match err {
+        ExecutionError::RequestTimeout(_)
+        | ExecutionError::ConnectionPoolError(_)
+        | ExecutionError::EmptyPlan => true,
+        ExecutionError::LastAttemptError(attempt) => match attempt {
+            RequestAttemptError::BrokenConnectionError(_)
+            | RequestAttemptError::UnableToAllocStreamId => true,
+            RequestAttemptError::DbError(db_error, _) => matches!(
+                db_error,
+                DbError::Unavailable { .. }
+                    | DbError::Overloaded
+                    | DbError::IsBootstrapping
+                    | DbError::WriteTimeout { .. }
+                    | DbError::ReadTimeout { .. }
+                    | DbError::RateLimitReached { .. }
+                    | DbError::ServerError
+            ),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Exponential backoff (`BACKOFF_BASE` doubling per retry, capped at `BACKOFF_CAP`) with
+/// jitter in [half, full] so that the retries of a failed window do not arrive together.
+fn backoff(retry: u32) -> Duration {
+    let doublings = retry.saturating_sub(1).min(16);
+    let ceiling = BACKOFF_BASE.saturating_mul(1 << doublings).min(BACKOFF_CAP);
+    ceiling.mul_f64(0.5 + fastrand::f64() / 2.0)
+}

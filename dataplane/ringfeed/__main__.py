@@ -1,0 +1,3 @@
+from ringfeed.cli import main
+
+main()

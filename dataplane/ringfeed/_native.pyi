@@ -1,0 +1,96 @@
+"""Ringfeed's native data path (Rust: the scylla driver on a tokio runtime).
+
+Network waits release the GIL and wake every 100 ms so that Ctrl-C (KeyboardInterrupt) ends them.
+"""
+
+from collections.abc import Iterable
+from typing import Any, TypedDict
+
+class WriteError(RuntimeError):
+    """Rows failed after all retries. Raised by ``BulkWriter.flush``; the message gives the number of
+    failed rows and the first error."""
+
+class WriterStats(TypedDict):
+    rows: int
+    """Rows written."""
+    bytes: int
+    """Payload bytes of the rows written (the CQL encoding of their values)."""
+    retries: int
+    """Retries of transient failures."""
+    failed: int
+    """Rows that failed after all retries."""
+
+class PreparedStatement:
+    """A statement prepared by ``Session.prepare``; marked idempotent, so writes of it are retried."""
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        """``(name, cql_type_name)`` of each bind marker in order, e.g. ``[("uuid", "uuid"), ("data", "blob")]``."""
+
+class Session:
+    """A connection to a Cassandra ring, with its own I/O runtime (2 threads).
+
+    Requests use token-aware routing, the given consistency and a client-side timeout of
+    ``request_timeout_ms``. The driver itself never retries; ``BulkWriter`` does.
+    """
+
+    def __init__(
+        self,
+        hosts: list[str],
+        port: int = 9042,
+        username: str | None = None,
+        password: str | None = None,
+        consistency: str = "ONE",
+        request_timeout_ms: int = 12000,
+    ) -> None:
+        """Connects (GIL released).
+
+        ``consistency`` is one of ONE, TWO, LOCAL_ONE, QUORUM, LOCAL_QUORUM, ALL.
+        Raises ConnectionError (one-line message) if no host answers, ValueError for a bad argument.
+        """
+
+    def prepare(self, cql: str) -> PreparedStatement:
+        """Prepares ``cql`` (GIL released). Raises RuntimeError if the ring rejects it."""
+
+    def writer(self, concurrency: int = 64, max_retries: int = 8) -> BulkWriter:
+        """A writer keeping at most ``concurrency`` requests in flight across all its ``submit`` calls."""
+
+class BulkWriter:
+    """Writes rows of prepared (idempotent) INSERTs concurrently.
+
+    Transient failures (timeouts, unavailable or overloaded replicas, broken or missing connections)
+    are retried up to ``max_retries`` times with exponential backoff (50 ms doubling, capped at 2 s,
+    jittered). Once a row has failed for good, the writer sends nothing more until the next ``flush``:
+    the rows left fail at once (flush raises anyway), so an outage is reported within seconds rather
+    than after every row has waited out its retries. Dropping a writer without ``flush`` is safe: its
+    rows still being written continue while the session lives.
+    """
+
+    def submit(self, stmt: PreparedStatement, rows: Iterable[tuple[Any, ...] | list[Any]]) -> None:
+        """Converts every row (a tuple or list, one value per bind marker), then starts writing them.
+
+        Conversion, per bind-marker type, with the GIL held:
+        uuid, timeuuid <- uuid.UUID or 16 bytes (timeuuid: version 1); int, bigint, smallint, tinyint,
+        counter <- int (range-checked); text, ascii, varchar <- str; blob <- bytes, bytearray or
+        memoryview; double, float <- float or int; boolean <- bool; timestamp <- int (ms since the
+        epoch); None -> NULL for any type. Other CQL types accept only None.
+
+        If any value fails, nothing of this call is sent and the error names the column and the row
+        index: TypeError for a value of the wrong type (or a row of the wrong length), OverflowError
+        for an int out of the column's range, ValueError for a right-typed but invalid value (UUID
+        bytes not 16 long, a non-version-1 timeuuid, non-ASCII text for ascii).
+
+        Then writes start with the GIL released; the call blocks only while ``concurrency`` requests
+        are in flight.
+        """
+
+    def flush(self) -> int:
+        """Waits (GIL released) until everything submitted is written or has failed.
+
+        Returns the rows written since the last flush; raises WriteError if any row failed, e.g.
+        "1981 of 3000 rows failed (1980 not sent after the first failure); first error, after up to
+        8 retries: ...". Either way the counts start again from zero and the writer sends again.
+        """
+
+    def stats(self) -> WriterStats:
+        """Cumulative counters of this writer."""

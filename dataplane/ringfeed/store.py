@@ -1,0 +1,203 @@
+"""The control path to a ring: DDL, the dataset catalog, stats and single-sample reads.
+
+Bulk traffic (ingest writes, loader reads) goes through the native client in ``ringfeed._native``; this module uses
+the Python cassandra-driver, whose ~0.2 ms of CPU per request is irrelevant for a few catalog queries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import uuid
+from collections import Counter
+from collections.abc import Callable
+
+from ringfeed.connection import ClusterAddress
+from ringfeed.errors import DatasetNotFound, RingfeedError
+from ringfeed.scan import scan_rows
+from ringfeed.schema import CATALOG_KEYSPACE, DatasetSchema, catalog_ddl
+
+
+@dataclasses.dataclass
+class DatasetInfo:
+    schema: DatasetSchema
+    created_at: dt.datetime | None
+    samples: int
+    bytes: int
+    label_counts: dict[int, int]
+    label_bytes: dict[int, int]
+    stats_updated_at: dt.datetime | None
+    last_ingest: dict | None
+
+
+class Store:
+    """A connection to one ring, and the datasets it holds."""
+
+    def __init__(self, address: ClusterAddress | None = None, connect_timeout_s: float = 10):
+        from cassandra.auth import PlainTextAuthProvider
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+        from cassandra.policies import ConstantReconnectionPolicy, RoundRobinPolicy, TokenAwarePolicy
+        from cassandra.query import tuple_factory
+
+        self.address = address or ClusterAddress.from_env()
+        profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
+                                   row_factory=tuple_factory, request_timeout=30)
+        auth = (PlainTextAuthProvider(self.address.username, self.address.password)
+                if self.address.username else None)
+        self._cluster = Cluster(
+            list(self.address.hosts), port=self.address.port, auth_provider=auth, protocol_version=5,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
+            # A restarted node should be back in use within a second, not after exponential back-off.
+            reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),
+        )
+        try:
+            self.session = self._cluster.connect()
+        except NoHostAvailable as exc:
+            self._cluster.shutdown()
+            where = ", ".join(f"{h}:{self.address.port}" for h in self.address.hosts)
+            raise RingfeedError(f"cannot reach Cassandra at {where} ({_first_error(exc)}); "
+                                "is the ring up? (`ringfeed local up` starts a local one)") from None
+
+    def close(self) -> None:
+        self._cluster.shutdown()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- datasets ------------------------------------------------------------------------------------------------
+
+    def create_dataset(self, schema: DatasetSchema) -> bool:
+        """Create the keyspace, tables and catalog entry. Returns False when the same dataset already exists."""
+        for statement in catalog_ddl(schema.replication_factor):
+            self.session.execute(statement)
+        existing = self._catalog_row(schema.name)
+        if existing is not None:
+            if DatasetSchema.from_json(existing[2]) != schema:
+                raise RingfeedError(f"dataset {schema.name!r} already exists with a different schema; "
+                                    "drop it first or choose another name")
+            return False
+        for statement in schema.ddl():
+            self.session.execute(statement)
+        self.session.execute(
+            f"INSERT INTO {CATALOG_KEYSPACE}.datasets (name, keyspace_name, schema_json, created_at, samples, bytes) "
+            "VALUES (%s, %s, %s, %s, 0, 0) IF NOT EXISTS",
+            (schema.name, schema.keyspace, schema.to_json(), _now()),
+        )
+        return True
+
+    def drop_dataset(self, name: str, drop_tables: bool = True) -> None:
+        schema = self.schema(name)
+        if drop_tables:
+            self.session.execute(f"DROP KEYSPACE IF EXISTS {schema.keyspace}")
+        self.session.execute(f"DELETE FROM {CATALOG_KEYSPACE}.datasets WHERE name = %s", (name,))
+
+    def schema(self, name: str) -> DatasetSchema:
+        row = self._catalog_row(name)
+        if row is None:
+            raise DatasetNotFound(f"unknown dataset {name!r}" + self._known_hint())
+        return DatasetSchema.from_json(row[2])
+
+    def info(self, name: str) -> DatasetInfo:
+        row = self._catalog_row(name)
+        if row is None:
+            raise DatasetNotFound(f"unknown dataset {name!r}" + self._known_hint())
+        return _info_from_row(row)
+
+    def datasets(self) -> list[DatasetInfo]:
+        if not self._catalog_exists():
+            return []
+        rows = self.session.execute(f"SELECT {_CATALOG_COLUMNS} FROM {CATALOG_KEYSPACE}.datasets")
+        return sorted((_info_from_row(r) for r in rows), key=lambda i: i.schema.name)
+
+    def refresh_stats(self, name: str, on_rows: Callable[[int], None] | None = None) -> DatasetInfo:
+        """Recount samples and bytes per label from ``metadata_by_nat`` and store them in the catalog.
+
+        A recount (not counters bumped by each ingest) keeps the numbers exact when an ingest is re-run.
+        """
+        schema = self.schema(name)
+        counts: Counter[int] = Counter()
+        sizes: Counter[int] = Counter()
+        partition_key = [c.name for c in schema.natural_keys] + ["label"]
+        for rows in scan_rows(self.session, schema.keyspace, "metadata_by_nat", partition_key,
+                              ["label", "sample_bytes"], on_slice_done=on_rows):
+            for label, size in rows:
+                counts[label] += 1
+                sizes[label] += size
+        self.session.execute(
+            f"UPDATE {CATALOG_KEYSPACE}.datasets SET samples = %s, bytes = %s, label_counts = %s, label_bytes = %s, "
+            "stats_updated_at = %s WHERE name = %s",
+            (sum(counts.values()), sum(sizes.values()), dict(counts), dict(sizes), _now(), name),
+        )
+        return self.info(name)
+
+    def record_ingest(self, name: str, summary: dict) -> None:
+        self.session.execute(f"UPDATE {CATALOG_KEYSPACE}.datasets SET last_ingest = %s WHERE name = %s",
+                             (json.dumps(summary, sort_keys=True), name))
+
+    def set_label_names(self, name: str, label_names: tuple[str, ...]) -> DatasetSchema:
+        """Record class names (ImageFolder sources); existing names must stay where they are."""
+        schema = self.schema(name)
+        if label_names[: len(schema.label_names)] != schema.label_names:
+            raise RingfeedError(f"dataset {name!r} has classes {list(schema.label_names)}; the source's classes "
+                                f"{list(label_names)} would renumber them")
+        updated = dataclasses.replace(schema, label_names=label_names)
+        self.session.execute(f"UPDATE {CATALOG_KEYSPACE}.datasets SET schema_json = %s WHERE name = %s",
+                             (updated.to_json(), name))
+        return updated
+
+    def sample(self, name: str, sample_id: uuid.UUID) -> tuple[int, bytes]:
+        """(label, bytes) of one sample."""
+        schema = self.schema(name)
+        row = self.session.execute(f"SELECT label, data FROM {schema.keyspace}.data_by_uuid WHERE uuid = %s",
+                                   (sample_id,)).one()
+        if row is None:
+            raise RingfeedError(f"dataset {name!r} has no sample {sample_id}")
+        return row[0], bytes(row[1])
+
+    def count_rows(self, name: str, table: str) -> int:
+        """Exact row count of one of the dataset's tables, by a token-range scan."""
+        schema = self.schema(name)
+        partition_key = {"metadata_by_nat": [c.name for c in schema.natural_keys] + ["label"]}.get(table, ["uuid"])
+        return sum(len(rows) for rows in scan_rows(self.session, schema.keyspace, table, partition_key,
+                                                   partition_key[:1]))
+
+    # -- internals ------------------------------------------------------------------------------------------------
+
+    def _catalog_exists(self) -> bool:
+        meta = self._cluster.metadata.keyspaces.get(CATALOG_KEYSPACE)
+        return meta is not None and "datasets" in meta.tables
+
+    def _catalog_row(self, name: str):
+        if not self._catalog_exists():
+            return None
+        return self.session.execute(f"SELECT {_CATALOG_COLUMNS} FROM {CATALOG_KEYSPACE}.datasets WHERE name = %s",
+                                    (name,)).one()
+
+    def _known_hint(self) -> str:
+        names = [i.schema.name for i in self.datasets()]
+        return f" (known: {', '.join(names)})" if names else " (no datasets yet)"
+
+
+_CATALOG_COLUMNS = ("name, keyspace_name, schema_json, created_at, samples, bytes, label_counts, label_bytes, "
+                    "stats_updated_at, last_ingest")
+
+
+def _info_from_row(row) -> DatasetInfo:
+    return DatasetInfo(
+        schema=DatasetSchema.from_json(row[2]), created_at=row[3], samples=row[4] or 0, bytes=row[5] or 0,
+        label_counts=dict(row[6] or {}), label_bytes=dict(row[7] or {}), stats_updated_at=row[8],
+        last_ingest=json.loads(row[9]) if row[9] else None,
+    )
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _first_error(exc) -> str:
+    errors = getattr(exc, "errors", None) or {}
+    return str(next(iter(errors.values()), exc)).splitlines()[0][:160]

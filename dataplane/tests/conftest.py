@@ -1,0 +1,104 @@
+"""Fixtures: real Cassandra nodes on loopback, started by PID and stopped by PID.
+
+The single node (127.0.10.1) is shared by the whole session; the 3-node ring (127.0.20.1..) starts only when a test
+asks for it. Both run beside a developer's own `ringfeed local` ring (127.0.0.x) without conflict.
+Set RINGFEED_TEST_KEEP=1 to leave them running and reuse them in the next run.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ringfeed.connection import ClusterAddress
+from ringfeed.local import LocalRing, RingSettings
+
+REPO = Path(__file__).resolve().parents[2]
+STATE = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test"))
+KEEP = os.environ.get("RINGFEED_TEST_KEEP") == "1"
+
+
+class CassandraFixture:
+    """A running local ring as tests see it: addresses, a driver session, and crash/restart controls."""
+
+    def __init__(self, ring: LocalRing):
+        self.ring = ring
+        self.port = 9042
+        self._cluster = None
+
+    @property
+    def hosts(self) -> list[str]:
+        return self.ring.hosts
+
+    @property
+    def address(self) -> ClusterAddress:
+        return ClusterAddress(tuple(self.hosts), self.port)
+
+    def session(self):
+        """A cassandra-driver session (shared, created on first use)."""
+        if self._cluster is None:
+            from cassandra.cluster import Cluster
+            from cassandra.policies import ConstantReconnectionPolicy
+
+            self._cluster = Cluster(self.hosts, port=self.port, protocol_version=5,
+                                    reconnection_policy=ConstantReconnectionPolicy(0.5, max_attempts=None))
+            self._session = self._cluster.connect()
+        return self._session
+
+    def kill(self, index: int = 1) -> None:
+        self.ring.kill_node(index)
+
+    def restart(self, index: int = 1) -> None:
+        self.ring.start_node(index)
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.shutdown()
+
+
+def _start(name: str, nodes: int, settings: RingSettings) -> CassandraFixture:
+    ring = LocalRing(STATE / name, settings)
+    if not KEEP:
+        ring.down(purge=True)
+        ring = LocalRing(STATE / name, settings)
+    ring.up(nodes)
+    return CassandraFixture(ring)
+
+
+def _stop(fixture: CassandraFixture) -> None:
+    fixture.close()
+    if not KEEP:
+        fixture.ring.down(purge=True)
+
+
+@pytest.fixture(scope="session")
+def cassandra_node():
+    fixture = _start("node", 1, RingSettings(cluster_name="ringfeed-test", address_prefix="127.0.10.",
+                                             jmx_base=7300, heap="768M", ring_delay_ms=1000))
+    yield fixture
+    _stop(fixture)
+
+
+@pytest.fixture(scope="session")
+def cassandra_ring():
+    fixture = _start("ring", 3, RingSettings(cluster_name="ringfeed-test-ring", address_prefix="127.0.20.",
+                                             jmx_base=7400, heap="512M", ring_delay_ms=5000))
+    yield fixture
+    _stop(fixture)
+
+
+@pytest.fixture
+def store(cassandra_node):
+    from ringfeed.store import Store
+
+    with Store(cassandra_node.address) as s:
+        yield s
+
+
+@pytest.fixture
+def dataset_name():
+    """A fresh, valid dataset name per test."""
+    return "t_" + uuid.uuid4().hex[:12]

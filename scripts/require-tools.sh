@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# One clear line per missing tool, before any build starts.
+missing=0
+need() { command -v "$1" >/dev/null 2>&1 || { echo "error: $1 is required: $2" >&2; missing=1; }; }
+need python3.11 "install Python 3.11 (Debian: apt-get install python3.11 python3.11-venv)"
+need cargo "install Rust (https://rustup.rs) — it builds Ringfeed's native data path"
+need java "install Java 17 (Debian: apt-get install openjdk-17-jre-headless) — it runs Cassandra"
+need mvn "install Maven (Debian: apt-get install maven) — it fetches Cassandra's jars"
+if command -v java >/dev/null 2>&1; then
+  major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+  [ "${major:-0}" -ge 17 ] || { echo "error: Java 17 or newer is required, found Java ${major:-unknown}" >&2; missing=1; }
+fi
+exit $missing
