@@ -1,0 +1,23 @@
+"""Ringfeed: deep-learning training data in an Apache Cassandra ring."""
+
+from ringfeed.connection import ClusterAddress
+from ringfeed.errors import DatasetNotFound, RingfeedError
+from ringfeed.ids import sample_uuid
+from ringfeed.ingest import IngestOptions, IngestSummary, ingest
+from ringfeed.schema import Column, DatasetSchema, Encoding
+from ringfeed.store import DatasetInfo, Store
+
+__all__ = [
+    "ClusterAddress",
+    "Column",
+    "DatasetInfo",
+    "DatasetNotFound",
+    "DatasetSchema",
+    "Encoding",
+    "IngestOptions",
+    "IngestSummary",
+    "RingfeedError",
+    "Store",
+    "ingest",
+    "sample_uuid",
+]

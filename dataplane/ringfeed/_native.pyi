@@ -81,7 +81,8 @@ class BulkWriter:
         bytes not 16 long, a non-version-1 timeuuid, non-ASCII text for ascii).
 
         Then writes start with the GIL released; the call blocks only while ``concurrency`` requests
-        are in flight.
+        are in flight. A KeyboardInterrupt during that wait leaves the rows already started running
+        and drops the others.
         """
 
     def flush(self) -> int:

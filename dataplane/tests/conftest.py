@@ -8,6 +8,7 @@ Set RINGFEED_TEST_KEEP=1 to leave them running and reuse them in the next run.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -53,6 +54,21 @@ class CassandraFixture:
 
     def restart(self, index: int = 1) -> None:
         self.ring.start_node(index)
+
+    @staticmethod
+    def wait_reachable(driver_session, timeout_s: float = 60) -> None:
+        """Poll until a driver session reaches the ring again (after a restart), with a deadline."""
+        from cassandra.cluster import NoHostAvailable
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                driver_session.execute("SELECT release_version FROM system.local")
+                return
+            except NoHostAvailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def close(self) -> None:
         if self._cluster is not None:

@@ -57,7 +57,7 @@ struct Tally {
 struct FlushOutcome {
     written: u64,
     failed: u64,
-    /// Of `failed`: rows not sent because a row had already failed for good.
+    /// Of `failed`: rows given up without another attempt because a row had already failed for good.
     not_sent: u64,
     /// The error of the first row that failed for good; once set, no more rows are sent.
     first_error: Option<String>,
@@ -100,11 +100,8 @@ impl WriterShared {
 
 impl BulkWriter {
     pub(crate) fn new(client: Arc<Client>, concurrency: u32, max_retries: u32) -> PyResult<Self> {
-        let limit = u32::try_from(Semaphore::MAX_PERMITS).unwrap_or(u32::MAX);
-        if concurrency == 0 || concurrency > limit {
-            return Err(PyValueError::new_err(format!(
-                "concurrency must be between 1 and {limit}"
-            )));
+        if concurrency == 0 {
+            return Err(PyValueError::new_err("concurrency must be at least 1"));
         }
         let shared = WriterShared {
             session: Arc::clone(&client.session),
@@ -127,10 +124,10 @@ impl BulkWriter {
     fn submit(
         &self,
         py: Python<'_>,
-        statement: &Bound<'_, PreparedStatement>,
+        stmt: &Bound<'_, PreparedStatement>,
         rows: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let prepared = statement.get();
+        let prepared = stmt.get();
         let rows = rows
             .try_iter()?
             .enumerate()

@@ -6,7 +6,6 @@ import io
 import json
 import tarfile
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -117,21 +116,6 @@ def test_raw_tensor_parquet_round_trip(store, dataset_name, tmp_path):
     assert_round_trip(store, schema, expected)
 
 
-def wait_until_reachable(store, timeout_s: float = 60) -> None:
-    """The driver reconnects to a restarted node within about a second; poll with a deadline, never sleep blindly."""
-    from cassandra.cluster import NoHostAvailable
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            store.session.execute("SELECT release_version FROM system.local")
-            return
-        except NoHostAvailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 def demo_schema(name):
     return DatasetSchema(name, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"),
                                 Column("y", "int")), Encoding("jpeg"), metadata=(Column("scanner", "text"),))
@@ -211,7 +195,7 @@ def test_node_killed_mid_ingest_then_rerun_completes_without_duplicates(cassandr
         assert progress.killed.is_set()
     finally:
         cassandra_node.restart()
-    wait_until_reachable(store)
+    cassandra_node.wait_reachable(store.session)
     summary = ingest(store, dataset_name, str(tmp_path / "m.csv"), options)
     assert summary.written == rows
     assert store.count_rows(dataset_name, "data_by_uuid") == rows
