@@ -118,7 +118,7 @@ def test_column_parse_defaults_to_text():
 
 
 def test_reserved_cql_keywords_are_refused():
-    with pytest.raises(RingfeedError, match="'order' is a reserved CQL keyword"):
+    with pytest.raises(RingfeedError, match="invalid column name 'order': it is a reserved CQL keyword"):
         Column("order", "int")
     with pytest.raises(RingfeedError, match="invalid dataset name 'select'"):
         slides_schema(name="select")
