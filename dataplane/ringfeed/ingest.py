@@ -88,11 +88,10 @@ class _ChunkBuilder:
     def __init__(self, schema: DatasetSchema, options: IngestOptions):
         self.schema = schema
         self.options = options
+        self.tables = list(schema.insert_statements())
 
     def build(self, chunk: list[SourceSample | Rejection]) -> _PreparedChunk:
-        tables = ["metadata_by_nat", "data_by_uuid"] + (["metadata_by_uuid"] if self.schema.with_metadata_by_uuid
-                                                        else [])
-        out = _PreparedChunk({t: [] for t in tables}, [], [], len(chunk))
+        out = _PreparedChunk({t: [] for t in self.tables}, [], [], len(chunk))
         keys = len(self.schema.natural_keys)
         for item in chunk:
             if isinstance(item, Rejection):

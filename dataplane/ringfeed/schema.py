@@ -163,6 +163,12 @@ class DatasetSchema:
     def columns(self) -> tuple[Column, ...]:
         return self.natural_keys + self.metadata
 
+    def partition_key(self, table: str) -> list[str]:
+        """Partition-key columns of one of the dataset's tables (what a token-range scan hashes)."""
+        if table == "metadata_by_nat":
+            return [c.name for c in self.natural_keys] + ["label"]
+        return ["uuid"]
+
     def label_name(self, label: int) -> str:
         return self.label_names[label] if 0 <= label < len(self.label_names) else str(label)
 
@@ -171,14 +177,13 @@ class DatasetSchema:
     def ddl(self) -> list[str]:
         """CREATE statements for the keyspace and the dataset's tables (idempotent)."""
         ks = self.keyspace
-        keys = ", ".join(c.name for c in self.natural_keys)
         columns = ", ".join(f"{c.name} {c.type}" for c in self.columns)
         data_options = "" if self.encoding.compressible else " WITH compression = {'enabled': 'false'}"
         statements = [
             f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = "
             f"{{'class': 'SimpleStrategy', 'replication_factor': {self.replication_factor}}}",
             f"CREATE TABLE IF NOT EXISTS {ks}.metadata_by_nat ({columns}, label int, uuid uuid, sample_bytes int, "
-            f"PRIMARY KEY (({keys}, label), uuid))",
+            f"PRIMARY KEY (({', '.join(self.partition_key('metadata_by_nat'))}), uuid))",
             f"CREATE TABLE IF NOT EXISTS {ks}.data_by_uuid (uuid uuid PRIMARY KEY, label int, data blob){data_options}",
         ]
         if self.with_metadata_by_uuid:

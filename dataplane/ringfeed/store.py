@@ -121,8 +121,8 @@ class Store:
         schema = self.schema(name)
         counts: Counter[int] = Counter()
         sizes: Counter[int] = Counter()
-        partition_key = [c.name for c in schema.natural_keys] + ["label"]
-        for rows in scan_rows(self.session, schema.keyspace, "metadata_by_nat", partition_key,
+        table = "metadata_by_nat"
+        for rows in scan_rows(self.session, schema.keyspace, table, schema.partition_key(table),
                               ["label", "sample_bytes"], on_slice_done=on_rows):
             for label, size in rows:
                 counts[label] += 1
@@ -161,7 +161,7 @@ class Store:
     def count_rows(self, name: str, table: str) -> int:
         """Exact row count of one of the dataset's tables, by a token-range scan."""
         schema = self.schema(name)
-        partition_key = {"metadata_by_nat": [c.name for c in schema.natural_keys] + ["label"]}.get(table, ["uuid"])
+        partition_key = schema.partition_key(table)
         return sum(len(rows) for rows in scan_rows(self.session, schema.keyspace, table, partition_key,
                                                    partition_key[:1]))
 

@@ -122,3 +122,10 @@ def test_reserved_cql_keywords_are_refused():
         Column("order", "int")
     with pytest.raises(RingfeedError, match="invalid dataset name 'select'"):
         slides_schema(name="select")
+
+
+def test_partition_keys_per_table():
+    schema = slides_schema()
+    assert schema.partition_key("metadata_by_nat") == ["patient_id", "slide_num", "x", "y", "label"]
+    assert schema.partition_key("data_by_uuid") == ["uuid"]
+    assert schema.partition_key("metadata_by_uuid") == ["uuid"]
