@@ -231,4 +231,11 @@ def catalog_ddl(replication_factor: int) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {CATALOG_KEYSPACE}.datasets (name text PRIMARY KEY, keyspace_name text, "
         "schema_json text, created_at timestamp, samples bigint, bytes bigint, label_counts map<int, bigint>, "
         "label_bytes map<int, bigint>, stats_updated_at timestamp, last_ingest text)",
+        # Splits (ringfeed.splits.storage): a header per version, written after its chunks of packed UUIDs.
+        f"CREATE TABLE IF NOT EXISTS {CATALOG_KEYSPACE}.splits (dataset text, name text, version int, "
+        "split_id uuid, created_at timestamp, spec_json text, stats_json text, content_hash text, "
+        "parts list<text>, part_sizes list<bigint>, chunk_rows int, PRIMARY KEY ((dataset), name, version)) "
+        "WITH CLUSTERING ORDER BY (name ASC, version DESC)",
+        f"CREATE TABLE IF NOT EXISTS {CATALOG_KEYSPACE}.split_chunks (split_id uuid, part text, chunk int, "
+        "uuids blob, PRIMARY KEY ((split_id, part, chunk)))",
     ]

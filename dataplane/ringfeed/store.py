@@ -1,22 +1,25 @@
 """The control path to a ring: DDL, the dataset catalog, stats and single-sample reads.
 
-Bulk traffic (ingest writes, loader reads) goes through the native client in ``ringfeed._native``; this module uses
-the Python cassandra-driver, whose ~0.2 ms of CPU per request is irrelevant for a few catalog queries.
+Bulk traffic (ingest writes, table scans, loader reads) goes through the native client in ``ringfeed._native``
+(``Store.native``); the catalog and DDL use the Python cassandra-driver, whose ~0.2 ms of CPU per request is
+irrelevant for a few queries.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import uuid
-from collections import Counter
 from collections.abc import Callable
+
+import numpy as np
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.errors import DatasetNotFound, RingfeedError
-from ringfeed.scan import scan_rows
 from ringfeed.schema import CATALOG_KEYSPACE, DatasetSchema, catalog_ddl
+from ringfeed.table import ColumnarTable, scan_table
 
 
 @dataclasses.dataclass
@@ -59,7 +62,19 @@ class Store:
             raise RingfeedError(f"cannot reach Cassandra at {where} ({_first_error(exc)}); "
                                 "is the ring up? (`ringfeed local up` starts a local one)") from None
 
+    @functools.cached_property
+    def native(self):
+        """The native session (``ringfeed._native.Session``) to the same ring, opened on first use."""
+        from ringfeed import _native
+
+        address = self.address
+        try:
+            return _native.Session(list(address.hosts), address.port, address.username, address.password)
+        except ConnectionError as exc:
+            raise RingfeedError(str(exc)) from None
+
     def close(self) -> None:
+        self.__dict__.pop("native", None)
         self._cluster.shutdown()
 
     def __enter__(self) -> Store:
@@ -72,8 +87,7 @@ class Store:
 
     def create_dataset(self, schema: DatasetSchema) -> bool:
         """Create the keyspace, tables and catalog entry. Returns False when the same dataset already exists."""
-        for statement in catalog_ddl(schema.replication_factor):
-            self.session.execute(statement)
+        self.ensure_catalog(schema.replication_factor)
         existing = self._catalog_row(schema.name)
         if existing is not None:
             if DatasetSchema.from_json(existing[2]) != schema:
@@ -108,29 +122,25 @@ class Store:
         return _info_from_row(row)
 
     def datasets(self) -> list[DatasetInfo]:
-        if not self._catalog_exists():
+        if not self.catalog_has("datasets"):
             return []
         rows = self.session.execute(f"SELECT {_CATALOG_COLUMNS} FROM {CATALOG_KEYSPACE}.datasets")
         return sorted((_info_from_row(r) for r in rows), key=lambda i: i.schema.name)
 
-    def refresh_stats(self, name: str, on_rows: Callable[[int], None] | None = None) -> DatasetInfo:
+    def refresh_stats(self, name: str, progress: Callable[[int], None] | None = None) -> DatasetInfo:
         """Recount samples and bytes per label from ``metadata_by_nat`` and store them in the catalog.
 
         A recount (not counters bumped by each ingest) keeps the numbers exact when an ingest is re-run.
         """
-        schema = self.schema(name)
-        counts: Counter[int] = Counter()
-        sizes: Counter[int] = Counter()
-        table = "metadata_by_nat"
-        for rows in scan_rows(self.session, schema.keyspace, table, schema.partition_key(table),
-                              ["label", "sample_bytes"], on_slice_done=on_rows):
-            for label, size in rows:
-                counts[label] += 1
-                sizes[label] += size
+        table = self.scan(name, "metadata_by_nat", ["label", "sample_bytes"], progress)
+        labels, index = np.unique(table["label"], return_inverse=True)
+        counts = dict(zip(labels.tolist(), np.bincount(index).tolist(), strict=True))
+        sizes = dict(zip(labels.tolist(), np.bincount(index, weights=table["sample_bytes"]).astype(np.int64).tolist(),
+                         strict=True))
         self.session.execute(
             f"UPDATE {CATALOG_KEYSPACE}.datasets SET samples = %s, bytes = %s, label_counts = %s, label_bytes = %s, "
             "stats_updated_at = %s WHERE name = %s",
-            (sum(counts.values()), sum(sizes.values()), dict(counts), dict(sizes), _now(), name),
+            (sum(counts.values()), sum(sizes.values()), counts, sizes, _now(), name),
         )
         return self.info(name)
 
@@ -160,19 +170,32 @@ class Store:
 
     def count_rows(self, name: str, table: str) -> int:
         """Exact row count of one of the dataset's tables, by a token-range scan."""
+        return len(self.scan(name, table, ["uuid"]))
+
+    def scan(self, name: str, table: str, columns: list[str],
+             progress: Callable[[int], None] | None = None) -> ColumnarTable:
+        """Whole columns of one of the dataset's tables, read by token range (``progress(rows_so_far)``)."""
         schema = self.schema(name)
-        partition_key = schema.partition_key(table)
-        return sum(len(rows) for rows in scan_rows(self.session, schema.keyspace, table, partition_key,
-                                                   partition_key[:1]))
+        try:
+            return scan_table(self.native, schema.keyspace, table, schema.partition_key(table), columns, progress)
+        except RuntimeError as exc:
+            raise RingfeedError(f"cannot read {schema.keyspace}.{table}: {exc}") from None
+
+    # -- catalog --------------------------------------------------------------------------------------------------
+
+    def ensure_catalog(self, replication_factor: int = 1) -> None:
+        """Create the catalog keyspace (with this RF, if it is new) and any catalog table it lacks."""
+        for statement in catalog_ddl(replication_factor):
+            self.session.execute(statement)
+
+    def catalog_has(self, table: str) -> bool:
+        meta = self._cluster.metadata.keyspaces.get(CATALOG_KEYSPACE)
+        return meta is not None and table in meta.tables
 
     # -- internals ------------------------------------------------------------------------------------------------
 
-    def _catalog_exists(self) -> bool:
-        meta = self._cluster.metadata.keyspaces.get(CATALOG_KEYSPACE)
-        return meta is not None and "datasets" in meta.tables
-
     def _catalog_row(self, name: str):
-        if not self._catalog_exists():
+        if not self.catalog_has("datasets"):
             return None
         return self.session.execute(f"SELECT {_CATALOG_COLUMNS} FROM {CATALOG_KEYSPACE}.datasets WHERE name = %s",
                                     (name,)).one()

@@ -1,9 +1,12 @@
 //! `ringfeed._native`: Ringfeed's data path in Rust (the scylla driver on a tokio runtime).
 //!
 //! `session` connects and prepares, `convert` turns Python values into CQL values,
-//! `writer` is the bulk ingest path; read paths belong beside them.
+//! `writer` is the bulk ingest path, `scan` reads whole columns by token range,
+//! `retry` is the policy they share.
 
 mod convert;
+mod retry;
+mod scan;
 mod session;
 mod writer;
 

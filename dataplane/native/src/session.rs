@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session as ScyllaSession;
 use scylla::client::session_builder::SessionBuilder;
@@ -16,6 +17,7 @@ use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use tokio::runtime::Runtime;
 
 use crate::convert::BindMarker;
+use crate::scan::{ScanRequest, scan};
 use crate::writer::BulkWriter;
 
 /// How often a blocking wait wakes up to let Python handle signals (Ctrl-C).
@@ -64,6 +66,21 @@ impl Client {
     {
         block_on(py, self.runtime.get(), future)
     }
+
+    /// Like `block_on`, and calls `on_wake` with the GIL held at every wake-up and at the end
+    /// (progress reports); an error from it ends the wait.
+    pub fn block_on_reporting<F>(
+        &self,
+        py: Python<'_>,
+        future: F,
+        on_wake: impl FnMut(Python<'_>) -> PyResult<()>,
+    ) -> PyResult<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        block_on_with(py, self.runtime.get(), future, on_wake)
+    }
 }
 
 /// Runs `future` to completion with the GIL released, waking up regularly so that
@@ -73,12 +90,31 @@ where
     F: Future + Send,
     F::Output: Send,
 {
+    block_on_with(py, runtime, future, |_| Ok(()))
+}
+
+fn block_on_with<F>(
+    py: Python<'_>,
+    runtime: &Runtime,
+    future: F,
+    mut on_wake: impl FnMut(Python<'_>) -> PyResult<()>,
+) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
     let mut future = pin!(future);
     loop {
         let slice = async { tokio::time::timeout(SIGNAL_CHECK_INTERVAL, future.as_mut()).await };
         match py.detach(|| runtime.block_on(slice)) {
-            Ok(output) => return Ok(output),
-            Err(_elapsed) => py.check_signals()?,
+            Ok(output) => {
+                on_wake(py)?;
+                return Ok(output);
+            }
+            Err(_elapsed) => {
+                py.check_signals()?;
+                on_wake(py)?;
+            }
         }
     }
 }
@@ -167,6 +203,36 @@ impl Session {
             statement: Arc::new(statement),
             markers,
         })
+    }
+
+    /// Reads whole columns of a table by token range; see the stub file for the result's shape.
+    #[pyo3(signature = (keyspace, table, partition_key, columns, slices = 256, concurrency = 16,
+                        page_size = 5000, max_retries = 8, progress = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn scan<'py>(
+        &self,
+        py: Python<'py>,
+        keyspace: String,
+        table: String,
+        partition_key: Vec<String>,
+        columns: Vec<String>,
+        slices: u32,
+        concurrency: u32,
+        page_size: i32,
+        max_retries: u32,
+        progress: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let request = ScanRequest {
+            keyspace,
+            table,
+            partition_key,
+            columns,
+            slices,
+            concurrency,
+            page_size,
+            max_retries,
+        };
+        scan(py, &self.client, request, progress)
     }
 
     #[pyo3(signature = (concurrency = 64, max_retries = 8))]

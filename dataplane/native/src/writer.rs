@@ -2,18 +2,18 @@
 //! runtime, at most `concurrency` requests in flight, retrying transient failures with backoff.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use scylla::client::session::Session as ScyllaSession;
-use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
+use scylla::errors::ExecutionError;
 use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::convert::{BoundRow, convert_row};
+use crate::retry::{backoff, is_transient};
 use crate::session::{Client, PreparedStatement, one_line};
 
 create_exception!(
@@ -22,9 +22,6 @@ create_exception!(
     PyRuntimeError,
     "Rows failed to be written after all retries; raised by BulkWriter.flush()."
 );
-
-const BACKOFF_BASE: Duration = Duration::from_millis(50);
-const BACKOFF_CAP: Duration = Duration::from_secs(2);
 
 /// Writes rows of prepared INSERTs concurrently; see `flush` for the outcome.
 #[pyclass(module = "ringfeed._native", frozen)]
@@ -219,38 +216,4 @@ async fn write_row(
             Err(err) => return shared.tally().record_failed(&err),
         }
     }
-}
-
-/// Failures that may pass by themselves: timeouts, overload, unavailable or bootstrapping
-/// replicas, broken or missing connections, internal server errors.
-fn is_transient(err: &ExecutionError) -> bool {
-    match err {
-        ExecutionError::RequestTimeout(_)
-        | ExecutionError::ConnectionPoolError(_)
-        | ExecutionError::EmptyPlan => true,
-        ExecutionError::LastAttemptError(attempt) => match attempt {
-            RequestAttemptError::BrokenConnectionError(_)
-            | RequestAttemptError::UnableToAllocStreamId => true,
-            RequestAttemptError::DbError(db_error, _) => matches!(
-                db_error,
-                DbError::Unavailable { .. }
-                    | DbError::Overloaded
-                    | DbError::IsBootstrapping
-                    | DbError::WriteTimeout { .. }
-                    | DbError::ReadTimeout { .. }
-                    | DbError::RateLimitReached { .. }
-                    | DbError::ServerError
-            ),
-            _ => false,
-        },
-        _ => false,
-    }
-}
-
-/// Exponential backoff (`BACKOFF_BASE` doubling per retry, capped at `BACKOFF_CAP`) with
-/// jitter in [half, full] so that the retries of a failed window do not arrive together.
-fn backoff(retry: u32) -> Duration {
-    let doublings = retry.saturating_sub(1).min(16);
-    let ceiling = BACKOFF_BASE.saturating_mul(1 << doublings).min(BACKOFF_CAP);
-    ceiling.mul_f64(0.5 + fastrand::f64() / 2.0)
 }

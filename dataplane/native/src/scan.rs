@@ -1,0 +1,444 @@
+//! `Session.scan`: a whole table read by token ranges into columnar buffers.
+//!
+//! The Murmur3 ring is cut into slices read concurrently, each paged, and appended in token order,
+//! so the result's row order is the table's token order whatever the ring's topology. Each column
+//! becomes one contiguous buffer (text: dictionary codes), a few bytes per row instead of a Python
+//! object per value.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::{StreamExt, stream};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use scylla::client::pager::NextRowError;
+use scylla::client::session::Session as ScyllaSession;
+use scylla::errors::PagerExecutionError;
+use scylla::frame::response::result::{ColumnType, NativeType};
+use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
+use scylla::value::{CqlValue, Row};
+
+use crate::retry::backoff;
+use crate::session::{Client, one_line};
+
+/// What to read and how hard to push.
+pub(crate) struct ScanRequest {
+    pub keyspace: String,
+    pub table: String,
+    pub partition_key: Vec<String>,
+    pub columns: Vec<String>,
+    pub slices: u32,
+    pub concurrency: u32,
+    pub page_size: i32,
+    pub max_retries: u32,
+}
+
+/// Reads every row of the table; returns `{column: (kind, values, nulls, dictionary)}`.
+pub(crate) fn scan<'py>(
+    py: Python<'py>,
+    client: &Client,
+    request: ScanRequest,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    request.validate()?;
+    let token = format!("token({})", request.partition_key.join(", "));
+    let cql = format!(
+        "SELECT {} FROM {}.{} WHERE {token} >= ? AND {token} <= ?",
+        request.columns.join(", "),
+        request.keyspace,
+        request.table
+    );
+    let mut statement = client
+        .block_on(py, client.session.prepare(cql.as_str()))?
+        .map_err(|err| PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err))))?;
+    statement.set_page_size(request.page_size);
+    let kinds = statement
+        .get_current_result_set_col_specs()
+        .get()
+        .iter()
+        .map(|spec| {
+            ColumnKind::of(spec.typ()).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "column {} has a type scan does not read: {:?}",
+                    spec.name(),
+                    spec.typ()
+                ))
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+
+    let rows_read = Arc::new(AtomicU64::new(0));
+    let work = read_all(
+        Arc::clone(&client.session),
+        Arc::new(statement),
+        kinds,
+        token_slices(request.slices),
+        request.concurrency as usize,
+        request.max_retries,
+        Arc::clone(&rows_read),
+    );
+    let mut reported = u64::MAX;
+    let columns = client.block_on_reporting(py, work, |_| {
+        let rows = rows_read.load(Ordering::Relaxed);
+        if let Some(callback) = &progress
+            && rows != reported
+        {
+            reported = rows;
+            callback.call1((rows,))?;
+        }
+        Ok(())
+    })??;
+
+    let result = PyDict::new(py);
+    for (name, column) in request.columns.iter().zip(columns) {
+        result.set_item(name, column.into_py(py)?)?;
+    }
+    Ok(result)
+}
+
+impl ScanRequest {
+    fn validate(&self) -> PyResult<()> {
+        if self.slices == 0 || self.concurrency == 0 || self.page_size <= 0 {
+            return Err(PyValueError::new_err("slices, concurrency and page_size must be positive"));
+        }
+        if self.partition_key.is_empty() || self.columns.is_empty() {
+            return Err(PyValueError::new_err("partition_key and columns must not be empty"));
+        }
+        let names = [&self.keyspace, &self.table]
+            .into_iter()
+            .chain(&self.partition_key)
+            .chain(&self.columns);
+        for name in names {
+            let mut chars = name.chars();
+            let plain = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !plain {
+                return Err(PyValueError::new_err(format!("{name:?} is not a plain CQL identifier")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Cuts the Murmur3 token range into `count` disjoint closed intervals covering it exactly.
+fn token_slices(count: u32) -> Vec<(i64, i64)> {
+    let count = i128::from(count);
+    let (min, max) = (i128::from(i64::MIN), i128::from(i64::MAX));
+    let width = (max - min + 1) / count;
+    (0..count)
+        .map(|i| {
+            let low = min + i * width;
+            let high = if i == count - 1 { max } else { low + width - 1 };
+            (low as i64, high as i64)
+        })
+        .collect()
+}
+
+/// Reads the slices with `concurrency` in flight and appends them in token order.
+async fn read_all(
+    session: Arc<ScyllaSession>,
+    statement: Arc<ScyllaPrepared>,
+    kinds: Vec<ColumnKind>,
+    slices: Vec<(i64, i64)>,
+    concurrency: usize,
+    max_retries: u32,
+    rows_read: Arc<AtomicU64>,
+) -> PyResult<Vec<Column>> {
+    let mut merged: Vec<Column> = kinds.iter().map(|&kind| Column::new(kind)).collect();
+    let mut slice_results = stream::iter(slices)
+        .map(|bounds| {
+            tokio::spawn(read_slice(
+                Arc::clone(&session),
+                Arc::clone(&statement),
+                kinds.clone(),
+                bounds,
+                max_retries,
+            ))
+        })
+        .buffered(concurrency);
+    while let Some(joined) = slice_results.next().await {
+        let columns = joined
+            .map_err(|err| PyRuntimeError::new_err(format!("scan task failed: {err}")))?
+            .map_err(PyRuntimeError::new_err)?;
+        let rows = columns.first().map_or(0, Column::len);
+        for (into, from) in merged.iter_mut().zip(columns) {
+            into.append(from);
+        }
+        rows_read.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+    Ok(merged)
+}
+
+/// Why one attempt at a slice failed.
+enum SliceError {
+    /// The ring did not answer as hoped (timeouts, unavailable replicas, lost connections): retry.
+    Transient(String),
+    /// The data does not fit the columns: retrying cannot help.
+    Permanent(String),
+}
+
+impl From<PagerExecutionError> for SliceError {
+    fn from(err: PagerExecutionError) -> Self {
+        match err {
+            PagerExecutionError::NextPageError(_) => Self::Transient(one_line(err)),
+            _ => Self::Permanent(one_line(err)),
+        }
+    }
+}
+
+impl From<NextRowError> for SliceError {
+    fn from(err: NextRowError) -> Self {
+        match err {
+            NextRowError::NextPageError(_) => Self::Transient(one_line(err)),
+            _ => Self::Permanent(one_line(err)),
+        }
+    }
+}
+
+/// Reads one token slice, starting it over after a transient failure (reads are idempotent).
+async fn read_slice(
+    session: Arc<ScyllaSession>,
+    statement: Arc<ScyllaPrepared>,
+    kinds: Vec<ColumnKind>,
+    (low, high): (i64, i64),
+    max_retries: u32,
+) -> Result<Vec<Column>, String> {
+    let mut retries = 0;
+    loop {
+        match try_read_slice(&session, &statement, &kinds, low, high).await {
+            Ok(columns) => return Ok(columns),
+            Err(SliceError::Transient(_)) if retries < max_retries => {
+                retries += 1;
+                tokio::time::sleep(backoff(retries)).await;
+            }
+            Err(SliceError::Transient(err)) => {
+                return Err(format!(
+                    "token range [{low}, {high}] failed after {max_retries} retries: {err}"
+                ));
+            }
+            Err(SliceError::Permanent(err)) => return Err(err),
+        }
+    }
+}
+
+async fn try_read_slice(
+    session: &ScyllaSession,
+    statement: &ScyllaPrepared,
+    kinds: &[ColumnKind],
+    low: i64,
+    high: i64,
+) -> Result<Vec<Column>, SliceError> {
+    let mut columns: Vec<Column> = kinds.iter().map(|&kind| Column::new(kind)).collect();
+    let mut rows = session
+        .execute_iter(statement.clone(), (low, high))
+        .await?
+        .rows_stream::<Row>()
+        .map_err(|err| SliceError::Permanent(one_line(err)))?;
+    while let Some(row) = rows.next().await {
+        for (column, value) in columns.iter_mut().zip(row?.columns) {
+            column.push(value).map_err(SliceError::Permanent)?;
+        }
+    }
+    Ok(columns)
+}
+
+/// How a CQL type is stored column-wise.
+#[derive(Clone, Copy)]
+enum ColumnKind {
+    Uuid,
+    Int64,
+    Float64,
+    Bool,
+    Text,
+}
+
+impl ColumnKind {
+    fn of(typ: &ColumnType) -> Option<Self> {
+        let ColumnType::Native(native) = typ else {
+            return None;
+        };
+        Some(match native {
+            NativeType::Uuid | NativeType::Timeuuid => Self::Uuid,
+            NativeType::TinyInt
+            | NativeType::SmallInt
+            | NativeType::Int
+            | NativeType::BigInt
+            | NativeType::Counter => Self::Int64,
+            NativeType::Float | NativeType::Double => Self::Float64,
+            NativeType::Boolean => Self::Bool,
+            NativeType::Text | NativeType::Ascii => Self::Text,
+            _ => return None,
+        })
+    }
+}
+
+enum Values {
+    /// 16 bytes per row, as stored (big-endian).
+    Uuid(Vec<u8>),
+    Int64(Vec<i64>),
+    Float64(Vec<f64>),
+    Bool(Vec<u8>),
+    /// Dictionary-encoded: a code per row (-1: null) into `values`, in order of first appearance.
+    Text {
+        codes: Vec<i32>,
+        values: Vec<String>,
+        index: HashMap<String, i32>,
+    },
+}
+
+/// One column of the rows read so far.
+struct Column {
+    values: Values,
+    /// 1 where the value is null (the value slot then holds zero); empty while there is none.
+    nulls: Vec<u8>,
+    len: usize,
+}
+
+impl Column {
+    fn new(kind: ColumnKind) -> Self {
+        let values = match kind {
+            ColumnKind::Uuid => Values::Uuid(Vec::new()),
+            ColumnKind::Int64 => Values::Int64(Vec::new()),
+            ColumnKind::Float64 => Values::Float64(Vec::new()),
+            ColumnKind::Bool => Values::Bool(Vec::new()),
+            ColumnKind::Text => Values::Text {
+                codes: Vec::new(),
+                values: Vec::new(),
+                index: HashMap::new(),
+            },
+        };
+        Self {
+            values,
+            nulls: Vec::new(),
+            len: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, value: Option<CqlValue>) -> Result<(), String> {
+        let is_null = value.is_none();
+        match (&mut self.values, value) {
+            (Values::Uuid(v), None) => v.extend_from_slice(&[0; 16]),
+            (Values::Uuid(v), Some(CqlValue::Uuid(u))) => v.extend_from_slice(u.as_bytes()),
+            (Values::Uuid(v), Some(CqlValue::Timeuuid(u))) => v.extend_from_slice(u.as_bytes()),
+            (Values::Int64(v), None) => v.push(0),
+            (Values::Int64(v), Some(CqlValue::TinyInt(i))) => v.push(i64::from(i)),
+            (Values::Int64(v), Some(CqlValue::SmallInt(i))) => v.push(i64::from(i)),
+            (Values::Int64(v), Some(CqlValue::Int(i))) => v.push(i64::from(i)),
+            (Values::Int64(v), Some(CqlValue::BigInt(i))) => v.push(i),
+            (Values::Int64(v), Some(CqlValue::Counter(c))) => v.push(c.0),
+            (Values::Float64(v), None) => v.push(0.0),
+            (Values::Float64(v), Some(CqlValue::Double(x))) => v.push(x),
+            (Values::Float64(v), Some(CqlValue::Float(x))) => v.push(f64::from(x)),
+            (Values::Bool(v), None) => v.push(0),
+            (Values::Bool(v), Some(CqlValue::Boolean(b))) => v.push(u8::from(b)),
+            (Values::Text { codes, .. }, None) => codes.push(-1),
+            (
+                Values::Text {
+                    codes,
+                    values,
+                    index,
+                },
+                Some(CqlValue::Text(s) | CqlValue::Ascii(s)),
+            ) => codes.push(intern(values, index, s)),
+            (_, Some(other)) => return Err(format!("unexpected value {other:?} in a scanned column")),
+        }
+        if is_null && self.nulls.is_empty() {
+            self.nulls.resize(self.len, 0);
+        }
+        if !self.nulls.is_empty() {
+            self.nulls.push(u8::from(is_null));
+        }
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Appends `other`'s rows (same kind); text codes are translated into this column's dictionary.
+    fn append(&mut self, other: Column) {
+        if !other.nulls.is_empty() && self.nulls.is_empty() {
+            self.nulls.resize(self.len, 0);
+        }
+        if !self.nulls.is_empty() {
+            if other.nulls.is_empty() {
+                self.nulls.resize(self.len + other.len, 0);
+            } else {
+                self.nulls.extend_from_slice(&other.nulls);
+            }
+        }
+        match (&mut self.values, other.values) {
+            (Values::Uuid(into), Values::Uuid(from)) | (Values::Bool(into), Values::Bool(from)) => {
+                into.extend_from_slice(&from)
+            }
+            (Values::Int64(into), Values::Int64(from)) => into.extend_from_slice(&from),
+            (Values::Float64(into), Values::Float64(from)) => into.extend_from_slice(&from),
+            (
+                Values::Text {
+                    codes,
+                    values,
+                    index,
+                },
+                Values::Text {
+                    codes: from_codes,
+                    values: from_values,
+                    ..
+                },
+            ) => {
+                let translate: Vec<i32> = from_values
+                    .into_iter()
+                    .map(|value| intern(values, index, value))
+                    .collect();
+                codes.extend(
+                    from_codes
+                        .into_iter()
+                        .map(|code| if code < 0 { code } else { translate[code as usize] }),
+                );
+            }
+            _ => unreachable!("slices of one scan have the same column kinds"),
+        }
+        self.len += other.len;
+    }
+
+    /// `(kind, values, nulls or None, dictionary or None)`; buffers are little-endian.
+    fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let nulls = (!self.nulls.is_empty()).then(|| PyBytes::new(py, &self.nulls));
+        let (kind, data, dictionary) = match self.values {
+            Values::Uuid(v) => ("uuid", PyBytes::new(py, &v), None),
+            Values::Int64(v) => ("int64", PyBytes::new(py, &le_bytes(&v, |x| x.to_le_bytes())), None),
+            Values::Float64(v) => ("float64", PyBytes::new(py, &le_bytes(&v, |x| x.to_le_bytes())), None),
+            Values::Bool(v) => ("bool", PyBytes::new(py, &v), None),
+            Values::Text { codes, values, .. } => (
+                "text",
+                PyBytes::new(py, &le_bytes(&codes, |x| x.to_le_bytes())),
+                Some(PyList::new(py, values)?),
+            ),
+        };
+        PyTuple::new(
+            py,
+            [
+                kind.into_pyobject(py)?.into_any(),
+                data.into_any(),
+                nulls.into_pyobject(py)?.into_any(),
+                dictionary.into_pyobject(py)?.into_any(),
+            ],
+        )
+    }
+}
+
+fn intern(values: &mut Vec<String>, index: &mut HashMap<String, i32>, value: String) -> i32 {
+    if let Some(&code) = index.get(&value) {
+        return code;
+    }
+    let code = values.len() as i32;
+    index.insert(value.clone(), code);
+    values.push(value);
+    code
+}
+
+fn le_bytes<T: Copy, const N: usize>(values: &[T], to_bytes: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    values.iter().flat_map(|&v| to_bytes(v)).collect()
+}

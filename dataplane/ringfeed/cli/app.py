@@ -1,0 +1,64 @@
+"""The ``ringfeed`` command group, its connection options and one-line errors.
+
+Every command that talks to Cassandra takes ``--hosts/--port/--username/--password`` (or RINGFEED_* variables);
+the defaults reach the ring started by ``ringfeed local up``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from ringfeed.connection import ClusterAddress
+from ringfeed.errors import RingfeedError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def default_local_dir() -> Path:
+    state_home = os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")
+    return Path(os.environ.get("RINGFEED_LOCAL_DIR", Path(state_home) / "ringfeed" / "local"))
+
+
+class RingfeedGroup(click.Group):
+    """Prints RingfeedError as one line and exits 1, instead of a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except RingfeedError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(1)
+
+
+@click.group(cls=RingfeedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("--hosts", envvar="RINGFEED_HOSTS", default="127.0.0.1", show_default=True,
+              help="Comma-separated Cassandra contact points [env RINGFEED_HOSTS].")
+@click.option("--port", envvar="RINGFEED_PORT", default=9042, show_default=True, help="CQL port [env RINGFEED_PORT].")
+@click.option("--username", envvar="RINGFEED_USERNAME", default=None, help="[env RINGFEED_USERNAME]")
+@click.option("--password", envvar="RINGFEED_PASSWORD", default=None, help="[env RINGFEED_PASSWORD]")
+@click.version_option(package_name="ringfeed")
+@click.pass_context
+def main(ctx, hosts, port, username, password):
+    """Ringfeed: deep-learning training data in an Apache Cassandra ring.
+
+    \b
+    Typical session:
+      ringfeed local up                        # a real Cassandra node on 127.0.0.1
+      ringfeed dataset create pets --key path:text --encoding jpeg
+      ringfeed ingest pets ./pets              # ImageFolder, CSV/Parquet manifest or .tar shards
+      ringfeed inspect pets
+      ringfeed split create pets by-owner --ratios 7,2,1 --group-by owner --seed 1
+    """
+    ctx.obj = ClusterAddress(tuple(h.strip() for h in hosts.split(",") if h.strip()), port, username, password)
+
+
+def open_store(ctx):
+    from ringfeed.store import Store
+
+    return Store(ctx.obj)

@@ -1,0 +1,271 @@
+"""Splits in Cassandra: immutable versions, UUIDs packed 16 bytes each in 1 MiB chunks, the header row last.
+
+``ringfeed.splits`` holds one header per (dataset, name, version): parameters, statistics, content hash, part
+sizes and the ``split_id`` its chunks are filed under in ``ringfeed.split_chunks``. Chunks are written first and
+the header last with a lightweight transaction, so a reader never sees a partial split, and two writers racing
+for the same version cannot both win. A writer that dies before its header leaves only unreachable chunks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import re
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from ringfeed.errors import RingfeedError
+from ringfeed.schema import CATALOG_KEYSPACE
+from ringfeed.splits.engine import SplitResult, content_hash
+from ringfeed.splits.spec import SplitSpec
+
+CHUNK_ROWS = 65_536
+FILE_FORMATS = (".parquet", ".npz")
+_FILE_METADATA_KEY = b"ringfeed.split"
+_SPLIT_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+
+
+class SplitNotFound(RingfeedError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredSplit:
+    """One version of a split; ``parts`` is filled by ``load_split`` (UUIDs as (n, 16) uint8, sorted)."""
+
+    dataset: str
+    name: str
+    version: int
+    split_id: uuid.UUID
+    created_at: dt.datetime | None
+    spec: SplitSpec
+    stats: dict
+    content_hash: str
+    part_sizes: dict[str, int]
+    chunk_rows: int = CHUNK_ROWS
+    parts: dict[str, np.ndarray] | None = None
+
+    @property
+    def samples(self) -> int:
+        return sum(self.part_sizes.values())
+
+    def uuids(self, part: str) -> np.ndarray:
+        if self.parts is None:
+            raise RingfeedError(f"split {self.name!r} was listed, not loaded")
+        if part not in self.parts:
+            raise RingfeedError(f"split {self.name!r} has no part {part!r} (parts: {', '.join(self.parts)})")
+        return self.parts[part]
+
+
+def save_split(store, dataset: str, name: str, spec: SplitSpec, result: SplitResult) -> tuple[StoredSplit, bool]:
+    """Store ``result`` as the next version of ``dataset/name``; returns (split, created). When the latest version
+    has the same parameters and content, it is returned instead (created False), so re-running is harmless."""
+    store.schema(dataset)
+    _check_name(name)
+    store.ensure_catalog()
+    existing = list_splits(store, dataset, name)
+    latest = existing[0] if existing else None
+    if latest and latest.content_hash == result.content_hash and latest.spec == spec:
+        return latest, False
+    version = latest.version + 1 if latest else 1
+    split_id = uuid.uuid4()
+    _write_chunks(store, split_id, result.parts)
+    header = _execute(
+        store, f"INSERT INTO {CATALOG_KEYSPACE}.splits (dataset, name, version, split_id, created_at, spec_json, stats_json, "
+        "content_hash, parts, part_sizes, chunk_rows) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        "IF NOT EXISTS",
+        (dataset, name, version, split_id, dt.datetime.now(dt.timezone.utc), spec.to_json(),
+         json.dumps(result.stats, sort_keys=True), result.content_hash, list(result.parts),
+         [len(u) for u in result.parts.values()], CHUNK_ROWS),
+    ).one()
+    if not header[0]:
+        _delete_chunks(store, split_id, {part: len(u) for part, u in result.parts.items()}, CHUNK_ROWS)
+        raise RingfeedError(f"split {dataset}/{name} version {version} was created meanwhile by another client; "
+                            "run again")
+    return get_split(store, dataset, name, version), True
+
+
+def list_splits(store, dataset: str | None = None, name: str | None = None) -> list[StoredSplit]:
+    """Headers (no UUIDs), newest version first per name."""
+    if not store.catalog_has("splits"):
+        return []
+    query = f"SELECT {_HEADER_COLUMNS} FROM {CATALOG_KEYSPACE}.splits"
+    if dataset is None:
+        rows = _execute(store, query)
+    elif name is None:
+        rows = _execute(store, query + " WHERE dataset = %s", (dataset,))
+    else:
+        rows = _execute(store, query + " WHERE dataset = %s AND name = %s", (dataset, name))
+    return sorted((_header(row) for row in rows), key=lambda s: (s.dataset, s.name, -s.version))
+
+
+def get_split(store, dataset: str, name: str, version: int | None = None) -> StoredSplit:
+    """The header of one version (default: the latest)."""
+    versions = list_splits(store, dataset, name)
+    if not versions:
+        known = sorted({s.name for s in list_splits(store, dataset)})
+        raise SplitNotFound(f"dataset {dataset!r} has no split {name!r}"
+                            + (f" (splits: {', '.join(known)})" if known else " (no splits yet)"))
+    if version is None:
+        return versions[0]
+    for split in versions:
+        if split.version == version:
+            return split
+    raise SplitNotFound(f"split {dataset}/{name} has no version {version} "
+                        f"(versions: {', '.join(str(s.version) for s in versions)})")
+
+
+def load_split(store, dataset: str, name: str, version: int | None = None, verify: bool = True) -> StoredSplit:
+    """A split with its UUIDs; ``verify`` recomputes the content hash."""
+    header = get_split(store, dataset, name, version)
+    keys = [(header.split_id, part, chunk) for part, size in header.part_sizes.items()
+            for chunk in range(math.ceil(size / header.chunk_rows))]
+    blobs = _execute_all(store, f"SELECT uuids FROM {CATALOG_KEYSPACE}.split_chunks "
+                                "WHERE split_id = ? AND part = ? AND chunk = ?", keys)
+    pieces: dict[str, list[bytes]] = {part: [] for part in header.part_sizes}
+    for (_, part, chunk), rows in zip(keys, blobs, strict=True):
+        row = rows.one()
+        if row is None:
+            raise RingfeedError(f"split {dataset}/{name} v{header.version}: chunk {chunk} of part {part} is missing")
+        pieces[part].append(row[0])
+    parts = {}
+    for part, size in header.part_sizes.items():
+        data = np.frombuffer(b"".join(pieces[part]), dtype=np.uint8).reshape(-1, 16)
+        if len(data) != size:
+            raise RingfeedError(f"split {dataset}/{name} v{header.version}: part {part} has {len(data):,} UUIDs, "
+                                f"its header says {size:,}")
+        parts[part] = data
+    if verify and content_hash(parts) != header.content_hash:
+        raise RingfeedError(f"split {dataset}/{name} v{header.version}: content does not match its hash")
+    return dataclasses.replace(header, parts=parts)
+
+
+def delete_split(store, dataset: str, name: str, version: int | None = None) -> list[int]:
+    """Delete one version, or every version when ``version`` is None; returns the versions deleted."""
+    doomed = [get_split(store, dataset, name, version)] if version is not None else list_splits(store, dataset, name)
+    if not doomed:
+        get_split(store, dataset, name)  # raises SplitNotFound with the known names
+    for split in doomed:
+        # The header goes first: from then on no reader can reach the chunks.
+        _execute(store, f"DELETE FROM {CATALOG_KEYSPACE}.splits WHERE dataset = %s AND name = %s AND version = %s",
+                 (dataset, name, split.version))
+        _delete_chunks(store, split.split_id, split.part_sizes, split.chunk_rows)
+    return [s.version for s in doomed]
+
+
+# -- files ----------------------------------------------------------------------------------------------------------
+
+def export_split(split: StoredSplit, path: Path) -> Path:
+    """Write a loaded split to ``.parquet`` (columns part, uuid) or ``.npz`` (one array per part), with its
+    parameters, statistics and hash as metadata."""
+    path = Path(path)
+    meta = json.dumps({"dataset": split.dataset, "name": split.name, "version": split.version,
+                       "spec": split.spec.to_dict(), "stats": split.stats, "content_hash": split.content_hash,
+                       "parts": list(split.parts)}, sort_keys=True).encode()
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        names = list(split.parts)
+        part_index = np.concatenate([np.full(len(u), i, dtype=np.int32) for i, u in enumerate(split.parts.values())])
+        flat = np.concatenate(list(split.parts.values())).ravel()
+        table = pa.table({
+            "part": pa.DictionaryArray.from_arrays(pa.array(part_index), pa.array(names)),
+            "uuid": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(part_index),
+                                                         [None, pa.py_buffer(flat.tobytes())]),
+        }).replace_schema_metadata({_FILE_METADATA_KEY: meta})
+        pq.write_table(table, path)
+    elif path.suffix == ".npz":
+        arrays = {f"part/{name}": uuids for name, uuids in split.parts.items()}
+        np.savez(path, meta=np.frombuffer(meta, dtype=np.uint8), **arrays)
+    else:
+        raise RingfeedError(f"export to {path.name}: use a {' or '.join(FILE_FORMATS)} file")
+    return path
+
+
+def read_split_file(path: Path) -> tuple[dict, SplitResult]:
+    """(metadata, result) from an exported file; the content must match the hash recorded in it."""
+    path = Path(path)
+    if not path.is_file():
+        raise RingfeedError(f"no such file: {path}")
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+            meta = json.loads(table.schema.metadata[_FILE_METADATA_KEY])
+            part_index = table.column("part").combine_chunks().indices.to_numpy()
+            names = table.column("part").combine_chunks().dictionary.to_pylist()
+            flat = np.frombuffer(table.column("uuid").combine_chunks().buffers()[1], dtype=np.uint8)
+            flat = flat[: 16 * table.num_rows].reshape(-1, 16)
+            parts = {name: flat[part_index == names.index(name)] for name in meta["parts"]}
+        elif path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                meta = json.loads(archive["meta"].tobytes())
+                parts = {name: archive[f"part/{name}"] for name in meta["parts"]}
+        else:
+            raise RingfeedError(f"import from {path.name}: use a {' or '.join(FILE_FORMATS)} file")
+    except (KeyError, ValueError, OSError) as exc:
+        raise RingfeedError(f"{path} is not a Ringfeed split file: {exc}") from None
+    result = SplitResult(parts, meta["stats"], content_hash(parts))
+    if result.content_hash != meta["content_hash"]:
+        raise RingfeedError(f"{path}: the UUIDs do not match the hash recorded in the file (edited or damaged)")
+    return meta, result
+
+
+# -- internals ------------------------------------------------------------------------------------------------------
+
+_HEADER_COLUMNS = ("dataset, name, version, split_id, created_at, spec_json, stats_json, content_hash, parts, "
+                   "part_sizes, chunk_rows")
+
+
+def _header(row) -> StoredSplit:
+    return StoredSplit(dataset=row[0], name=row[1], version=row[2], split_id=row[3], created_at=row[4],
+                       spec=SplitSpec.from_json(row[5]), stats=json.loads(row[6]), content_hash=row[7],
+                       part_sizes=dict(zip(row[8] or [], row[9] or [], strict=True)), chunk_rows=row[10])
+
+
+def _check_name(name: str) -> None:
+    if not _SPLIT_NAME.match(name):
+        raise RingfeedError(f"invalid split name {name!r}: lower-case letters, digits, '-', '_' and '.', starting "
+                            "and ending with a letter or digit, at most 63 characters (a Kubernetes name fits)")
+
+
+def _write_chunks(store, split_id: uuid.UUID, parts: dict[str, np.ndarray]) -> None:
+    rows = [(split_id, part, index, uuids[start: start + CHUNK_ROWS].tobytes())
+            for part, uuids in parts.items()
+            for index, start in enumerate(range(0, len(uuids), CHUNK_ROWS))]
+    _execute_all(store, f"INSERT INTO {CATALOG_KEYSPACE}.split_chunks (split_id, part, chunk, uuids) "
+                        "VALUES (?, ?, ?, ?)", rows)
+
+
+def _delete_chunks(store, split_id: uuid.UUID, part_sizes: dict[str, int], chunk_rows: int) -> None:
+    keys = [(split_id, part, chunk) for part, size in part_sizes.items()
+            for chunk in range(math.ceil(size / chunk_rows))]
+    _execute_all(store, f"DELETE FROM {CATALOG_KEYSPACE}.split_chunks WHERE split_id = ? AND part = ? AND chunk = ?",
+                 keys)
+
+
+# Splits are written and read at QUORUM: a split written is a split read, whichever replica answers.
+
+def _execute(store, cql: str, parameters: tuple = ()):
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
+    return store.session.execute(SimpleStatement(cql, consistency_level=ConsistencyLevel.QUORUM), parameters)
+
+
+def _execute_all(store, cql: str, parameters: list[tuple]) -> list:
+    """Run a prepared statement for every parameter tuple, 16 at a time; raise on the first failure."""
+    from cassandra import ConsistencyLevel
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    statement = store.session.prepare(cql)
+    statement.consistency_level = ConsistencyLevel.QUORUM
+    results = execute_concurrent_with_args(store.session, statement, parameters, concurrency=16,
+                                           raise_on_first_error=True)
+    return [result for _, result in results]
