@@ -1,4 +1,4 @@
-"""Splits in Cassandra: immutable versions, UUIDs packed 16 bytes each in 1 MiB chunks, the header row last.
+"""Splits in Cassandra: immutable versions, UUIDs packed 16 bytes each in 256 KiB chunks, the header row last.
 
 ``ringfeed.splits`` holds one header per (dataset, name, version): parameters, statistics, content hash, part
 sizes and the ``split_id`` its chunks are filed under in ``ringfeed.split_chunks``. Chunks are written first and
@@ -23,7 +23,7 @@ from ringfeed.schema import CATALOG_KEYSPACE
 from ringfeed.splits.engine import SplitResult, content_hash
 from ringfeed.splits.spec import SplitSpec
 
-CHUNK_ROWS = 65_536
+CHUNK_ROWS = 16_384
 FILE_FORMATS = (".parquet", ".npz")
 _FILE_METADATA_KEY = b"ringfeed.split"
 _SPLIT_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
@@ -266,6 +266,6 @@ def _execute_all(store, cql: str, parameters: list[tuple]) -> list:
 
     statement = store.session.prepare(cql)
     statement.consistency_level = ConsistencyLevel.QUORUM
-    results = execute_concurrent_with_args(store.session, statement, parameters, concurrency=16,
+    results = execute_concurrent_with_args(store.session, statement, parameters, concurrency=8,
                                            raise_on_first_error=True)
     return [result for _, result in results]
