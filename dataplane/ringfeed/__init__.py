@@ -5,6 +5,7 @@ from ringfeed.errors import DatasetNotFound, RingfeedError
 from ringfeed.ids import sample_uuid
 from ringfeed.ingest import IngestOptions, IngestSummary, ingest
 from ringfeed.schema import Column, DatasetSchema, Encoding
+from ringfeed.splits import SplitSpec, StoredSplit, create_split, load_split
 from ringfeed.store import DatasetInfo, Store
 
 __all__ = [
@@ -17,7 +18,11 @@ __all__ = [
     "IngestOptions",
     "IngestSummary",
     "RingfeedError",
+    "SplitSpec",
     "Store",
+    "StoredSplit",
+    "create_split",
     "ingest",
+    "load_split",
     "sample_uuid",
 ]

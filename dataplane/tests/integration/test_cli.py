@@ -23,7 +23,7 @@ def run(node, *args, check=True):
 
 def test_help_explains_the_commands():
     out = subprocess.run([RINGFEED, "--help"], capture_output=True, text=True, check=True).stdout
-    for command in ("local", "dataset", "ingest", "datasets", "inspect", "get", "demo"):
+    for command in ("local", "dataset", "ingest", "datasets", "inspect", "get", "split", "demo"):
         assert command in out
     ingest_help = subprocess.run([RINGFEED, "ingest", "--help"], capture_output=True, text=True, check=True).stdout
     assert "ImageFolder" in ingest_help and "WebDataset" in ingest_help
