@@ -3,7 +3,7 @@
 Network waits release the GIL and wake every 100 ms so that Ctrl-C (KeyboardInterrupt) ends them.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypedDict
 
 class WriteError(RuntimeError):
@@ -51,6 +51,33 @@ class Session:
 
     def prepare(self, cql: str) -> PreparedStatement:
         """Prepares ``cql`` (GIL released). Raises RuntimeError if the ring rejects it."""
+
+    def scan(
+        self,
+        keyspace: str,
+        table: str,
+        partition_key: list[str],
+        columns: list[str],
+        slices: int = 256,
+        concurrency: int = 16,
+        page_size: int = 5000,
+        max_retries: int = 8,
+        progress: Callable[[int], object] | None = None,
+    ) -> dict[str, tuple[str, bytes, bytes | None, list[str] | None]]:
+        """Reads ``columns`` of every row of ``keyspace.table`` (GIL released).
+
+        The Murmur3 ring is cut into ``slices`` token ranges over ``token(partition_key...)``, read
+        ``concurrency`` at a time, paged by ``page_size``, and appended in token order. A slice that fails
+        transiently is read again from its start, up to ``max_retries`` times with backoff.
+        ``progress(rows_so_far)`` is called with the GIL held about ten times a second and at the end.
+
+        Returns ``{column: (kind, values, nulls, dictionary)}``, buffers little-endian:
+        kind "uuid" (16 bytes per row, as stored), "int64" (tinyint..bigint, counter), "float64" (float,
+        double), "bool" (1 byte), "text" (int32 codes into ``dictionary``, -1 for null; text, ascii).
+        ``nulls`` is one byte per row (1 = null, value zeroed) when the column has any null, else None.
+        Raises ValueError for names that are not plain identifiers or unsupported column types,
+        RuntimeError when a slice fails for good. ``ringfeed.table.scan_table`` wraps it in numpy.
+        """
 
     def writer(self, concurrency: int = 64, max_retries: int = 8) -> BulkWriter:
         """A writer keeping at most ``concurrency`` requests in flight across all its ``submit`` calls."""
