@@ -291,8 +291,8 @@ enum Values {
 /// One column of the rows read so far.
 struct Column {
     values: Values,
-    /// 1 where the value is null (the value slot then holds zero); empty while there is none.
-    nulls: Vec<u8>,
+    /// 1 where the value is null (the value slot then holds zero); None while there is none.
+    nulls: Option<Vec<u8>>,
     len: usize,
 }
 
@@ -311,7 +311,7 @@ impl Column {
         };
         Self {
             values,
-            nulls: Vec::new(),
+            nulls: None,
             len: 0,
         }
     }
@@ -348,11 +348,11 @@ impl Column {
             ) => codes.push(intern(values, index, s)),
             (_, Some(other)) => return Err(format!("unexpected value {other:?} in a scanned column")),
         }
-        if is_null && self.nulls.is_empty() {
-            self.nulls.resize(self.len, 0);
+        if is_null && self.nulls.is_none() {
+            self.nulls = Some(vec![0; self.len]);
         }
-        if !self.nulls.is_empty() {
-            self.nulls.push(u8::from(is_null));
+        if let Some(nulls) = &mut self.nulls {
+            nulls.push(u8::from(is_null));
         }
         self.len += 1;
         Ok(())
@@ -360,15 +360,15 @@ impl Column {
 
     /// Appends `other`'s rows (same kind); text codes are translated into this column's dictionary.
     fn append(&mut self, other: Column) {
-        if !other.nulls.is_empty() && self.nulls.is_empty() {
-            self.nulls.resize(self.len, 0);
-        }
-        if !self.nulls.is_empty() {
-            if other.nulls.is_empty() {
-                self.nulls.resize(self.len + other.len, 0);
-            } else {
-                self.nulls.extend_from_slice(&other.nulls);
+        match (&mut self.nulls, &other.nulls) {
+            (None, None) => {}
+            (None, Some(from)) => {
+                let mut nulls = vec![0; self.len];
+                nulls.extend_from_slice(from);
+                self.nulls = Some(nulls);
             }
+            (Some(into), None) => into.resize(self.len + other.len, 0),
+            (Some(into), Some(from)) => into.extend_from_slice(from),
         }
         match (&mut self.values, other.values) {
             (Values::Uuid(into), Values::Uuid(from)) | (Values::Bool(into), Values::Bool(from)) => {
@@ -405,7 +405,7 @@ impl Column {
 
     /// `(kind, values, nulls or None, dictionary or None)`; buffers are little-endian.
     fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let nulls = (!self.nulls.is_empty()).then(|| PyBytes::new(py, &self.nulls));
+        let nulls = self.nulls.map(|nulls| PyBytes::new(py, &nulls));
         let (kind, data, dictionary) = match self.values {
             Values::Uuid(v) => ("uuid", PyBytes::new(py, &v), None),
             Values::Int64(v) => ("int64", PyBytes::new(py, &le_bytes(&v, |x| x.to_le_bytes())), None),
