@@ -65,9 +65,12 @@ test-unit: deps ## Unit tests only (no servers)
 bench-ingest: deps $(REFWRITER) ## Ringfeed ingest vs a plain Rust scylla writer (BAR lines at the end)
 	$(PY) benchmarks/bench_ingest.py --refwriter $(REFWRITER)
 
+bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorithm, and the metadata scan (BAR lines)
+	$(PY) benchmarks/bench_split.py
+
 ##@ Cleanup
 
 clean: local-down ## Remove state, venv and build outputs (keeps downloaded jars)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target
 
-.PHONY: help deps demo local-up local-down test test-unit bench-ingest clean
+.PHONY: help deps demo local-up local-down test test-unit bench-ingest bench-split clean

@@ -6,9 +6,11 @@ Following Versaci & Busonera (2021, §4.1) and improving on it:
    they add up exactly).
 2. **Groups to parts.** Every group is assigned whole, so a patient never straddles parts. Where the paper deals
    groups round-robin while they fit and the rest at random, Ringfeed places groups largest first (shuffled within
-   each power-of-two size class, so the seed matters) on the part where it most reduces the squared shortfall of
-   its classes relative to each part's share. Big groups thus land where they fit and small ones even out the rest; one-sample groups
-   (and ungrouped rows) are then dealt per class by water-filling, which makes ungrouped splits exact.
+   each power-of-two size class, so the seed matters), each on the part where it most reduces a squared error
+   against the parts' shares. The class-stratified objective (every class in proportion in every part) is kept
+   when it lands each part within 0.5 % of its size; when classes are too sparse for that (few samples per class
+   and part), the size-first objective holds the ratios instead. Ungrouped rows are dealt per class with the
+   rounding carried across classes, which makes ungrouped splits exact.
 3. **Rows within parts.** Where balance or caps need fewer rows than a part's groups hold, rows are drawn
    round-robin across the part's groups (in a random group order, random rows within each group): every group
    contributes before any contributes twice, as in the paper.
@@ -71,7 +73,7 @@ def compute_split(table: ColumnarTable, spec: SplitSpec, label_names: tuple[str,
 
     targets = _targets(spec, names, ratios, class_counts, weights)
     pool_shares = np.outer(ratios / ratios.sum(), class_counts)
-    part_of_group = _assign_groups(group, cls, groups_total, pool_shares, group_keys)
+    part_of_group, placement = _assign_groups(group, cls, groups_total, pool_shares, group_keys)
     part = part_of_group[group]
     pools = np.bincount(part * len(classes) + cls, minlength=len(names) * len(classes)).reshape(len(names), -1)
 
@@ -89,7 +91,8 @@ def compute_split(table: ColumnarTable, spec: SplitSpec, label_names: tuple[str,
 
     sizes = np.asarray(table["sample_bytes"])[rows] if "sample_bytes" in table else None
     stats = _stats(spec, names, classes, label_names, targets, pools, part, cls, group, chosen, sizes,
-                   scanned=scanned, selected=rows.size, groups_total=groups_total, weights=weights)
+                   scanned=scanned, selected=rows.size, groups_total=groups_total, weights=weights,
+                   placement=placement)
     return SplitResult(parts, stats, content_hash(parts))
 
 
@@ -295,85 +298,97 @@ def _value_codes(table: ColumnarTable, name: str, rows: np.ndarray) -> tuple[np.
     return codes, int(codes.max(initial=0)) + 1
 
 
+# Class-stratified placement is kept when it lands every part within this fraction of its size (or one sample).
+SIZE_TOLERANCE = 0.005
+
+
 def _assign_groups(group: np.ndarray, cls: np.ndarray, groups_total: int, pool_shares: np.ndarray,
-                   group_keys: np.ndarray) -> np.ndarray:
-    """Part index per group; see the module docstring."""
+                   group_keys: np.ndarray) -> tuple[np.ndarray, str]:
+    """Part index per group and the placement used; see the module docstring."""
     parts, classes = pool_shares.shape
     pairs, pair_counts = np.unique(group.astype(np.int64) * classes + cls, return_counts=True)
     pair_group, pair_class = pairs // classes, pairs % classes
     sizes = np.bincount(pair_group, weights=pair_counts, minlength=groups_total).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(np.bincount(pair_group, minlength=groups_total))])
-    assignment = np.zeros(groups_total, dtype=np.int64)
-    filled = np.zeros((parts, classes), dtype=np.int64)
 
-    multi = np.flatnonzero(sizes > 1)
-    if multi.size:
-        size_class = np.floor(np.log2(sizes[multi])).astype(np.int64)
-        order = multi[np.lexsort((group_keys[multi], -size_class))]
-        filled = _place_largest_first(order, starts, pair_class, pair_counts, pool_shares, assignment)
-
-    singles = np.flatnonzero(sizes == 1)
-    if singles.size:
-        single_class = pair_class[starts[singles]]
-        by_class = singles[np.lexsort((group_keys[singles], single_class))]
-        sorted_class = pair_class[starts[by_class]]
-        first = np.searchsorted(sorted_class, np.arange(classes))
-        last = np.searchsorted(sorted_class, np.arange(classes), side="right")
-        debt = np.zeros(parts)
-        for c in np.unique(sorted_class):
-            members = by_class[first[c]: last[c]]
-            counts = _water_fill(members.size, filled[:, c], pool_shares[:, c], debt)
-            assignment[members] = np.repeat(np.arange(parts), counts)
-            filled[:, c] += counts
-
+    if (sizes == 1).all():
+        assignment, placement = _deal_single_rows(pair_class, group_keys, pool_shares), "dealt"
+    else:
+        size_class = np.floor(np.log2(sizes)).astype(np.int64)
+        order = np.lexsort((group_keys, -size_class))
+        part_sizes = pool_shares.sum(axis=1)
+        tolerance = np.maximum(SIZE_TOLERANCE * part_sizes, 1)
+        assignment = _place_largest_first(order, starts, pair_class, pair_counts, pool_shares, "classes")
+        placement = "class-stratified"
+        miss = np.abs(np.bincount(assignment, weights=sizes, minlength=parts) - part_sizes)
+        if (miss > tolerance).any():
+            by_size = _place_largest_first(order, starts, pair_class, pair_counts, pool_shares, "sizes")
+            size_miss = np.abs(np.bincount(by_size, weights=sizes, minlength=parts) - part_sizes)
+            if (size_miss ** 2 / part_sizes).sum() < (miss ** 2 / part_sizes).sum():
+                assignment, placement = by_size, "size-first"
     _fill_empty_parts(assignment, sizes, parts, group_keys)
+    return assignment, placement
+
+
+def _deal_single_rows(pair_class: np.ndarray, group_keys: np.ndarray, pool_shares: np.ndarray) -> np.ndarray:
+    """Ungrouped rows (or one-row groups): per class, in random order, cut by largest remainder with the rounding
+    debt carried from class to class, so that each class (±1) and each part's total (±1) are exact."""
+    parts, classes = pool_shares.shape
+    assignment = np.zeros(len(pair_class), dtype=np.int64)
+    by_class = np.lexsort((group_keys, pair_class))
+    sorted_class = pair_class[by_class]
+    first = np.searchsorted(sorted_class, np.arange(classes))
+    last = np.searchsorted(sorted_class, np.arange(classes), side="right")
+    debt = np.zeros(parts)
+    for c in np.unique(sorted_class):
+        counts = apportion(int(last[c] - first[c]), pool_shares[:, c], debt)
+        assignment[by_class[first[c]: last[c]]] = np.repeat(np.arange(parts), counts)
     return assignment
 
 
 def _place_largest_first(order: np.ndarray, starts: np.ndarray, pair_class: np.ndarray, pair_counts: np.ndarray,
-                         pool_shares: np.ndarray, assignment: np.ndarray) -> np.ndarray:
-    """Greedy placement on the part where the group most reduces Σ (filled - share)² / share over its classes,
-    i.e. Σ n (2 filled + n) / share; plain Python over lists, as each step touches only a group's few classes."""
-    parts = pool_shares.shape[0]
-    filled = [[0.0] * pool_shares.shape[1] for _ in range(parts)]
+                         pool_shares: np.ndarray, objective: str) -> np.ndarray:
+    """Greedy placement, each group on the part where it most reduces a squared error:
+
+    - "classes": Σ_c (filled_c - share_c)² / share_c, i.e. the cost Σ n_c (2 filled_c + n_c) / share_c: every class
+      in proportion, best when classes are dense;
+    - "sizes": [(filled - share)² + Σ_c (filled_c - share_c)²] / part share, i.e. the cost
+      [n (2 filled + n) + Σ n_c (2 filled_c + n_c)] / part share: part sizes first, classes in absolute numbers,
+      which holds the ratios when classes are too sparse to stratify.
+
+    Plain Python over lists, as each step touches only a group's few classes."""
+    parts, classes = pool_shares.shape
+    filled = [[0.0] * classes for _ in range(parts)]
+    totals = [0.0] * parts
+    by_size = objective == "sizes"
     inverse = (1.0 / pool_shares).tolist()
+    inverse_part = (1.0 / pool_shares.sum(axis=1)).tolist()
     starts_list, classes_list, counts_list = starts.tolist(), pair_class.tolist(), pair_counts.tolist()
-    chosen = assignment.tolist()
+    chosen = [0] * (len(starts_list) - 1)
     for g in order.tolist():
         entries = [(classes_list[k], counts_list[k]) for k in range(starts_list[g], starts_list[g + 1])]
+        size = sum(n for _, n in entries)
         best, best_cost = 0, float("inf")
         for p in range(parts):
-            level, scale = filled[p], inverse[p]
-            cost = 0.0
-            for c, n in entries:
-                cost += n * (2 * level[c] + n) * scale[c]
+            level = filled[p]
+            if by_size:
+                cost = size * (2 * totals[p] + size)
+                for c, n in entries:
+                    cost += n * (2 * level[c] + n)
+                cost *= inverse_part[p]
+            else:
+                scale = inverse[p]
+                cost = 0.0
+                for c, n in entries:
+                    cost += n * (2 * level[c] + n) * scale[c]
             if cost < best_cost:
                 best, best_cost = p, cost
         level = filled[best]
         for c, n in entries:
             level[c] += n
+        totals[best] += size
         chosen[g] = best
-    assignment[:] = chosen
-    return np.array(filled, dtype=np.int64)
-
-
-def _water_fill(units: int, levels: np.ndarray, shares: np.ndarray, debt: np.ndarray) -> np.ndarray:
-    """Add ``units`` to parts so that the final levels follow ``shares`` as closely as possible; parts already
-    above their share get nothing. ``debt``: see ``apportion``."""
-    active = np.ones(len(levels), dtype=bool)
-    while True:
-        final = apportion(int(levels[active].sum()) + units, shares[active])
-        over = final < levels[active]
-        if not over.any():
-            break
-        active[np.flatnonzero(active)[over]] = False
-    active_debt = debt[active].copy()
-    carried = apportion(int(levels[active].sum()) + units, shares[active], active_debt)
-    if (carried >= levels[active]).all():
-        final, debt[active] = carried, active_debt
-    counts = np.zeros(len(levels), dtype=np.int64)
-    counts[active] = final - levels[active]
-    return counts
+    return np.array(chosen, dtype=np.int64)
 
 
 def _fill_empty_parts(assignment: np.ndarray, sizes: np.ndarray, parts: int, group_keys: np.ndarray) -> None:
@@ -434,7 +449,7 @@ def _label_text(label: int, label_names: tuple[str, ...]) -> str:
 
 
 def _stats(spec, names, classes, label_names, targets, pools, part, cls, group, chosen, sizes, *, scanned,
-           selected, groups_total, weights) -> dict:
+           selected, groups_total, weights, placement) -> dict:
     taken = np.bincount(part[chosen] * len(classes) + cls[chosen],
                         minlength=len(names) * len(classes)).reshape(len(names), -1)
     group_part = np.unique(part[chosen].astype(np.int64) * groups_total + group[chosen]) // groups_total
@@ -454,6 +469,7 @@ def _stats(spec, names, classes, label_names, targets, pools, part, cls, group, 
         })
     return {
         "scanned": int(scanned), "selected": int(selected), "samples": total, "groups": int(groups_total),
+        "placement": placement,
         "balance": ({str(int(label)): round(float(w), 6) for label, w in zip(classes, weights, strict=True)}
                     if weights is not None else "natural"),
         "label_names": {str(int(label)): label_names[label] for label in classes if 0 <= label < len(label_names)},

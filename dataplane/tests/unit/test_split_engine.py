@@ -36,7 +36,9 @@ def group_of(table: ColumnarTable) -> dict[bytes, object]:
     return {u.tobytes(): g for u, g in zip(table["uuid"], values, strict=True)}
 
 
-tables = st.builds(make_table, rows=st.integers(20, 400), labels=st.integers(1, 4), groups=st.integers(3, 40),
+# Up to 4 labels: classes dense enough to stratify; 30 or 100: too sparse, the ratios must hold anyway.
+tables = st.builds(make_table, rows=st.integers(20, 400), labels=st.sampled_from([1, 2, 3, 4, 30, 100]),
+                   groups=st.integers(3, 40),
                    seed=st.integers(0, 2**16), text_groups=st.booleans())
 ratio_lists = st.lists(st.integers(1, 9), min_size=1, max_size=4).map(tuple)
 HYPOTHESIS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -90,14 +92,14 @@ def test_ungrouped_splits_are_stratified_per_class(table, ratios, seed):
        weights=st.lists(st.integers(1, 3), min_size=4, max_size=4))
 def test_balance_holds_within_every_part(table, ratios, grouped, seed, weights):
     labels = np.unique(table["label"]).tolist()
-    balance = tuple((str(label), weights[label]) for label in labels)
+    balance = tuple((str(label), weights[label % 4]) for label in labels)
     spec = SplitSpec(ratios=ratios, group_by=("patient",) if grouped else (), balance=balance, seed=seed)
     result = feasible(lambda: compute_split(table, spec))
     if result is None:
         return
     for part in result.stats["parts"]:
         got = np.array([part["labels"][str(label)]["samples"] for label in labels], dtype=float)
-        w = np.array([weights[label] for label in labels], dtype=float)
+        w = np.array([weights[label % 4] for label in labels], dtype=float)
         # Each class within one sample of its weighted share of the part.
         assert np.all(np.abs(got - w / w.sum() * got.sum()) <= 1.0 + 1e-9)
     assert len(part_of_each_row(table, result)) == len(result)
@@ -141,6 +143,25 @@ def test_another_seed_gives_another_assignment():
     hashes = {compute_split(table, SplitSpec(ratios=(7, 2, 1), group_by=("patient",), seed=s)).content_hash
               for s in range(5)}
     assert len(hashes) == 5
+
+
+def test_sparse_classes_keep_the_ratios():
+    """1000 rows over 300 labels and 80 groups: no part can hold every class in proportion; sizes still do."""
+    table = make_table(1000, 300, 80, seed=5)
+    result = compute_split(table, SplitSpec(ratios=(8, 1, 1), group_by=("patient",), seed=1))
+    assert result.stats["placement"] == "size-first"
+    largest = np.bincount(table["patient"]).max()
+    for part, target in zip(result.stats["parts"], (800, 100, 100), strict=True):
+        assert abs(part["samples"] - target) <= max(0.02 * target, largest)
+
+
+def test_dense_classes_are_stratified():
+    table = make_table(20_000, 2, 2000, seed=5)
+    result = compute_split(table, SplitSpec(ratios=(8, 1, 1), group_by=("patient",), seed=1))
+    assert result.stats["placement"] == "class-stratified"
+    for part in result.stats["parts"]:
+        for counts in part["labels"].values():
+            assert abs(counts["samples"] - counts["target"]) <= 0.02 * counts["target"]
 
 
 def test_k_folds_are_disjoint_and_equal():
