@@ -170,7 +170,8 @@ def print_split(stored) -> None:
     console.print(f"split [bold]{stored.dataset}/{stored.name}[/] v{stored.version} · {stored.content_hash[:19]}…")
     console.print(stored.spec.describe(), highlight=False)
     console.print(f"{stats['scanned']:,} samples scanned · {stats['selected']:,} selected · "
-                  f"{stats['samples']:,} used · {stats['groups']:,} groups", highlight=False)
+                  f"{stats['samples']:,} used · {stats['groups']:,} groups"
+                  + (f" · {stats['placement']} placement" if "placement" in stats else ""), highlight=False)
     names = stats.get("label_names", {})
     labels = list(stats["parts"][0]["labels"]) if stats["parts"] else []
     per_label = len(labels) <= MAX_LABEL_COLUMNS
