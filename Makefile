@@ -38,12 +38,15 @@ $(VENV)/.installed: dataplane/pyproject.toml $(NATIVE_SOURCES)
 	$(PY) -c "from ringfeed.local import ensure_cassandra_jars; print('Cassandra jars:', ensure_cassandra_jars())"
 	@touch $@
 
+k8s-binaries: ## Build etcd, Kubernetes v1.33, helm and kwok from the Go module proxy into .cache/k8s (reused)
+	@e2e/cluster/build-binaries.sh
+
 $(REFWRITER): $(shell find benchmarks/refwriter/src -name '*.rs') benchmarks/refwriter/Cargo.toml
 	cargo build --quiet --release --manifest-path benchmarks/refwriter/Cargo.toml
 
 ##@ Run
 
-demo: deps ## Start a local Cassandra node, make a small image set and ingest it
+demo: deps ## Local Cassandra node, a small image set, ingest, a split by patient
 	$(RINGFEED) demo
 
 local-up: deps ## Start the local ring (NODES=1)
@@ -73,4 +76,4 @@ bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorith
 clean: local-down ## Remove state, venv and build outputs (keeps downloaded jars)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target
 
-.PHONY: help deps demo local-up local-down test test-unit bench-ingest bench-split clean
+.PHONY: help deps k8s-binaries demo local-up local-down test test-unit bench-ingest bench-split clean
