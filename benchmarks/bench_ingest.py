@@ -19,11 +19,11 @@ from pathlib import Path
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.ingest import IngestOptions, ingest
-from ringfeed.local import LocalRing, RingSettings
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.store import Store
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_node import dedicated_node
+
 RATIO_TARGET = 0.8
 
 
@@ -77,15 +77,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
-    ring = LocalRing(REPO / ".state" / "bench-ingest", RingSettings(cluster_name="ringfeed-bench",
-                                                                   address_prefix="127.0.30.", jmx_base=7500,
-                                                                   heap="1G", ring_delay_ms=1000))
-    ring.down(purge=True)
-    ring = LocalRing(ring.state_dir, ring.settings)
-    print("starting a dedicated Cassandra node on 127.0.30.1 …", flush=True)
-    ring.up(1)
     bars = []
-    try:
+    with dedicated_node("bench-ingest", jmx_base=7500) as ring:
         with Store(ClusterAddress(tuple(ring.hosts))) as store, tempfile.TemporaryDirectory() as tmp:
             print(f"{'size':>7} {'writer':>10} {'rows':>7} {'seconds':>8} {'rows/s':>9} {'MB/s':>7}")
             for size, rows in ((20_000, args.rows_20k), (150_000, args.rows_150k)):
@@ -107,8 +100,6 @@ def main() -> int:
                       f"({best['ringfeed'] * size / 1e6:.1f} MB/s), reference {best['reference']:.0f} rows/s "
                       f"({best['reference'] * size / 1e6:.1f} MB/s), ratio {ratio:.2f}")
                 bars.append((f"ingest_{size // 1000}kB_vs_reference", ratio, RATIO_TARGET))
-    finally:
-        ring.down(purge=True)
     for name, value, target in bars:
         print(f"BAR {name} {value:.2f} {target} {'PASS' if value >= target else 'FAIL'}")
     return 0 if all(value >= target for _, value, target in bars) else 1

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_node import dedicated_node
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = 1000
@@ -223,20 +224,13 @@ def driver_scan(store, keyspace: str, partition_key: list[str], columns: list[st
 
 def scan_benchmark(rows: int, rounds: int) -> dict:
     from ringfeed.connection import ClusterAddress
-    from ringfeed.local import LocalRing, RingSettings
     from ringfeed.schema import Column, DatasetSchema, Encoding
     from ringfeed.splits import SplitSpec, compute_split, create_split, load_split
     from ringfeed.store import Store
 
-    ring = LocalRing(REPO / ".state" / "bench-split", RingSettings(cluster_name="ringfeed-bench-split",
-                                                                  address_prefix="127.0.30.", jmx_base=7510,
-                                                                  heap="1G", ring_delay_ms=1000))
-    ring.down(purge=True)
-    ring = LocalRing(ring.state_dir, ring.settings)
-    print("\nstarting a dedicated Cassandra node on 127.0.30.1 …", flush=True)
-    ring.up(1)
     out: dict = {"rows": rows}
-    try:
+    print()
+    with dedicated_node("bench-split", jmx_base=7510) as ring:
         with Store(ClusterAddress(tuple(ring.hosts))) as store:
             schema = DatasetSchema("bench_split", (Column("patient", "text"), Column("slide", "int"),
                                                    Column("x", "int")), Encoding("jpeg"),
@@ -307,8 +301,6 @@ def scan_benchmark(rows: int, rounds: int) -> dict:
             if loaded.content_hash != split.content_hash or sum(len(u) for u in loaded.parts.values()) != rows:
                 raise RuntimeError("the loaded split differs from the one created")
             out["sizes"] = [len(u) for u in loaded.parts.values()]
-    finally:
-        ring.down(purge=True)
     return out
 
 

@@ -38,14 +38,17 @@ class Store:
     """A connection to one ring, and the datasets it holds."""
 
     def __init__(self, address: ClusterAddress | None = None, connect_timeout_s: float = 10):
+        from cassandra import ConsistencyLevel
         from cassandra.auth import PlainTextAuthProvider
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
         from cassandra.policies import ConstantReconnectionPolicy, RoundRobinPolicy, TokenAwarePolicy
         from cassandra.query import tuple_factory
 
         self.address = address or ClusterAddress.from_env()
+        # QUORUM: the catalog, schemas and splits written through one replica are read back through any other.
         profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
-                                   row_factory=tuple_factory, request_timeout=30)
+                                   consistency_level=ConsistencyLevel.QUORUM, row_factory=tuple_factory,
+                                   request_timeout=30)
         auth = (PlainTextAuthProvider(self.address.username, self.address.password)
                 if self.address.username else None)
         self._cluster = Cluster(

@@ -74,8 +74,8 @@ def save_split(store, dataset: str, name: str, spec: SplitSpec, result: SplitRes
     version = latest.version + 1 if latest else 1
     split_id = uuid.uuid4()
     _write_chunks(store, split_id, result.parts)
-    header = _execute(
-        store, f"INSERT INTO {CATALOG_KEYSPACE}.splits (dataset, name, version, split_id, created_at, spec_json, stats_json, "
+    header = store.session.execute(
+        f"INSERT INTO {CATALOG_KEYSPACE}.splits (dataset, name, version, split_id, created_at, spec_json, stats_json, "
         "content_hash, parts, part_sizes, chunk_rows) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
         "IF NOT EXISTS",
         (dataset, name, version, split_id, dt.datetime.now(dt.timezone.utc), spec.to_json(),
@@ -95,11 +95,11 @@ def list_splits(store, dataset: str | None = None, name: str | None = None) -> l
         return []
     query = f"SELECT {_HEADER_COLUMNS} FROM {CATALOG_KEYSPACE}.splits"
     if dataset is None:
-        rows = _execute(store, query)
+        rows = store.session.execute(query)
     elif name is None:
-        rows = _execute(store, query + " WHERE dataset = %s", (dataset,))
+        rows = store.session.execute(query + " WHERE dataset = %s", (dataset,))
     else:
-        rows = _execute(store, query + " WHERE dataset = %s AND name = %s", (dataset, name))
+        rows = store.session.execute(query + " WHERE dataset = %s AND name = %s", (dataset, name))
     return sorted((_header(row) for row in rows), key=lambda s: (s.dataset, s.name, -s.version))
 
 
@@ -151,8 +151,8 @@ def delete_split(store, dataset: str, name: str, version: int | None = None) -> 
         get_split(store, dataset, name)  # raises SplitNotFound with the known names
     for split in doomed:
         # The header goes first: from then on no reader can reach the chunks.
-        _execute(store, f"DELETE FROM {CATALOG_KEYSPACE}.splits WHERE dataset = %s AND name = %s AND version = %s",
-                 (dataset, name, split.version))
+        store.session.execute(f"DELETE FROM {CATALOG_KEYSPACE}.splits WHERE dataset = %s AND name = %s "
+                              "AND version = %s", (dataset, name, split.version))
         _delete_chunks(store, split.split_id, split.part_sizes, split.chunk_rows)
     return [s.version for s in doomed]
 
@@ -250,22 +250,11 @@ def _delete_chunks(store, split_id: uuid.UUID, part_sizes: dict[str, int], chunk
                  keys)
 
 
-# Splits are written and read at QUORUM: a split written is a split read, whichever replica answers.
-
-def _execute(store, cql: str, parameters: tuple = ()):
-    from cassandra import ConsistencyLevel
-    from cassandra.query import SimpleStatement
-
-    return store.session.execute(SimpleStatement(cql, consistency_level=ConsistencyLevel.QUORUM), parameters)
-
-
 def _execute_all(store, cql: str, parameters: list[tuple]) -> list:
-    """Run a prepared statement for every parameter tuple, 16 at a time; raise on the first failure."""
-    from cassandra import ConsistencyLevel
+    """Run a prepared statement for every parameter tuple, 8 at a time; raise on the first failure."""
     from cassandra.concurrent import execute_concurrent_with_args
 
     statement = store.session.prepare(cql)
-    statement.consistency_level = ConsistencyLevel.QUORUM
     results = execute_concurrent_with_args(store.session, statement, parameters, concurrency=8,
                                            raise_on_first_error=True)
     return [result for _, result in results]
