@@ -60,10 +60,6 @@ class ColumnarTable:
     def __contains__(self, name: str) -> bool:
         return name in self.columns
 
-    @property
-    def nbytes(self) -> int:
-        return sum(c.codes.nbytes if isinstance(c, TextColumn) else c.nbytes for c in self.columns.values())
-
 
 def scan_table(session, keyspace: str, table: str, partition_key: list[str], columns: list[str],
                progress: Callable[[int], None] | None = None, slices: int = 256, concurrency: int = 16) -> ColumnarTable:

@@ -98,10 +98,15 @@ def compute_split(table: ColumnarTable, spec: SplitSpec, label_names: tuple[str,
 
 def check_columns(spec: SplitSpec, available) -> None:
     """Every column the spec groups or filters by must exist."""
-    known = sorted({*available, "label"} - {"uuid", "sample_bytes"})
+    known = _known_columns(available)
     for column in spec.columns:
         if column not in known:
             raise SplitError(f"unknown column {column!r} (columns: {', '.join(known)})")
+
+
+def _known_columns(available) -> list[str]:
+    """The columns a split may group or filter by."""
+    return sorted({*available, "label"} - {"uuid", "sample_bytes"})
 
 
 def content_hash(parts: dict[str, np.ndarray]) -> str:
@@ -120,8 +125,8 @@ def filter_mask(table: ColumnarTable, filters: tuple[Filter, ...], label_names: 
     mask = np.ones(len(table), dtype=bool)
     for f in filters:
         if f.column not in table:
-            known = sorted(c for c in table.columns if c not in ("uuid", "sample_bytes"))
-            raise SplitError(f"filter {f}: unknown column {f.column!r} (columns: {', '.join(known)})")
+            raise SplitError(f"filter {f}: unknown column {f.column!r} "
+                             f"(columns: {', '.join(_known_columns(table.columns))})")
         column = table[f.column]
         if isinstance(column, TextColumn):
             values = [str(v) for v in f.values]
@@ -195,14 +200,15 @@ def _class_weights(balance, classes: np.ndarray, counts: np.ndarray,
         return np.full(len(classes), 1 / len(classes))
     weights = np.zeros(len(classes))
     position = {int(label): i for i, label in enumerate(classes)}
+    given = set()
     for key, weight in balance:
         label = label_names.index(key) if key in label_names else _label_number(key, label_names)
+        given.add(label)
         if label not in position:
             if weight:
                 raise SplitError(f"balance gives label {key} a weight, but the selected data has no sample of it")
             continue
         weights[position[label]] = weight
-    given = {label_names.index(k) if k in label_names else _label_number(k, label_names) for k, _ in balance}
     missing = [int(c) for c in classes if int(c) not in given]
     if missing:
         shown = ", ".join(f"{m} ({counts[position[m]]:,} samples)" for m in missing)
@@ -317,14 +323,16 @@ def _assign_groups(group: np.ndarray, cls: np.ndarray, groups_total: int, pool_s
         size_class = np.floor(np.log2(sizes)).astype(np.int64)
         order = np.lexsort((group_keys, -size_class))
         part_sizes = pool_shares.sum(axis=1)
-        tolerance = np.maximum(SIZE_TOLERANCE * part_sizes, 1)
+
+        def miss(placed: np.ndarray) -> np.ndarray:
+            return np.abs(np.bincount(placed, weights=sizes, minlength=parts) - part_sizes)
+
         assignment = _place_largest_first(order, starts, pair_class, pair_counts, pool_shares, "classes")
         placement = "class-stratified"
-        miss = np.abs(np.bincount(assignment, weights=sizes, minlength=parts) - part_sizes)
-        if (miss > tolerance).any():
+        stratified_miss = miss(assignment)
+        if (stratified_miss > np.maximum(SIZE_TOLERANCE * part_sizes, 1)).any():
             by_size = _place_largest_first(order, starts, pair_class, pair_counts, pool_shares, "sizes")
-            size_miss = np.abs(np.bincount(by_size, weights=sizes, minlength=parts) - part_sizes)
-            if (size_miss ** 2 / part_sizes).sum() < (miss ** 2 / part_sizes).sum():
+            if (miss(by_size) ** 2 / part_sizes).sum() < (stratified_miss ** 2 / part_sizes).sum():
                 assignment, placement = by_size, "size-first"
     _fill_empty_parts(assignment, sizes, parts, group_keys)
     return assignment, placement

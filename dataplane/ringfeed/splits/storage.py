@@ -66,7 +66,8 @@ def save_split(store, dataset: str, name: str, spec: SplitSpec, result: SplitRes
     has the same parameters and content, it is returned instead (created False), so re-running is harmless."""
     store.schema(dataset)
     _check_name(name)
-    store.ensure_catalog()
+    if not store.catalog_has("splits"):  # a catalog made before splits existed
+        store.ensure_catalog()
     existing = list_splits(store, dataset, name)
     latest = existing[0] if existing else None
     if latest and latest.content_hash == result.content_hash and latest.spec == spec:
@@ -122,8 +123,7 @@ def get_split(store, dataset: str, name: str, version: int | None = None) -> Sto
 def load_split(store, dataset: str, name: str, version: int | None = None, verify: bool = True) -> StoredSplit:
     """A split with its UUIDs; ``verify`` recomputes the content hash."""
     header = get_split(store, dataset, name, version)
-    keys = [(header.split_id, part, chunk) for part, size in header.part_sizes.items()
-            for chunk in range(math.ceil(size / header.chunk_rows))]
+    keys = _chunk_keys(header.split_id, header.part_sizes, header.chunk_rows)
     blobs = _execute_all(store, f"SELECT uuids FROM {CATALOG_KEYSPACE}.split_chunks "
                                 "WHERE split_id = ? AND part = ? AND chunk = ?", keys)
     pieces: dict[str, list[bytes]] = {part: [] for part in header.part_sizes}
@@ -244,10 +244,14 @@ def _write_chunks(store, split_id: uuid.UUID, parts: dict[str, np.ndarray]) -> N
 
 
 def _delete_chunks(store, split_id: uuid.UUID, part_sizes: dict[str, int], chunk_rows: int) -> None:
-    keys = [(split_id, part, chunk) for part, size in part_sizes.items()
-            for chunk in range(math.ceil(size / chunk_rows))]
     _execute_all(store, f"DELETE FROM {CATALOG_KEYSPACE}.split_chunks WHERE split_id = ? AND part = ? AND chunk = ?",
-                 keys)
+                 _chunk_keys(split_id, part_sizes, chunk_rows))
+
+
+def _chunk_keys(split_id: uuid.UUID, part_sizes: dict[str, int], chunk_rows: int) -> list[tuple]:
+    """(split_id, part, chunk) of every chunk of a split, parts in order."""
+    return [(split_id, part, chunk) for part, size in part_sizes.items()
+            for chunk in range(math.ceil(size / chunk_rows))]
 
 
 def _execute_all(store, cql: str, parameters: list[tuple]) -> list:
