@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries from the Go module proxy (no release downloads are reachable here):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, helm and kwok.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, helm and kwok.
 #
 # Output: $RINGFEED_CACHE/k8s/<key>/bin, where <key> hashes the pinned wrapper modules and this script, and a
 # symlink $RINGFEED_CACHE/k8s/bin pointing at it. A key that is already built is reused at once; changing a pinned
@@ -44,10 +44,10 @@ step "helm v$HELM_VERSION"
     helm.sh/helm/v3/cmd/helm)
 step "kwok v$KWOK_VERSION"
 (cd "$here/gomod/kwok" && go build -trimpath -o "$out/bin/kwok" sigs.k8s.io/kwok/cmd/kwok)
-step "Kubernetes v$K8S_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet (cold: ~10 min)"
+step "Kubernetes v$K8S_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl (cold: ~10 min)"
 (cd "$here/gomod/k8s" && go build -trimpath -ldflags "$ldflags" -o "$out/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet)
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
 
 touch "$out/.complete"
 ln -sfn "$key/bin" "$cache/bin"

@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# The local single-node Kubernetes cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
+# and containerd, all on loopback, all started and stopped by PID.
+#
+#   cluster.sh up        start a fresh cluster (new etcd, PKI kept) and wait until the node is Ready
+#   cluster.sh down      stop everything by PID, unmount, remove cgroups and host leftovers (images are kept)
+#   cluster.sh status    what runs, node and Pods
+#   cluster.sh clean     down, then remove all cluster state including imported images
+#   cluster.sh import    import the image archives of `make images` into the node's containerd
+#
+# State lives in $RINGFEED_CLUSTER_DIR (default .state/cluster): pki/, kubeconfig, logs/, run/*.pid, containerd/.
+# Binaries come from `make k8s-binaries` ($RINGFEED_CACHE/k8s/bin), containerd/runc from Debian (install-packages.sh).
+# Sandbox-specific settings live in etc/containerd.toml and etc/kubelet-config.yaml, marked SANDBOX.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+state=${RINGFEED_CLUSTER_DIR:-$(cd "$here/../.." && pwd)/.state/cluster}
+bin=${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s/bin
+node=$(hostname)
+apiserver=https://127.0.0.1:26443
+export KUBECONFIG=$state/kubeconfig
+
+ctr_() { ctr --address "$state/containerd/containerd.sock" -n k8s.io "$@"; }
+kubectl_() { "$bin/kubectl" --kubeconfig "$state/kubeconfig" "$@"; }
+ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+alive() { [[ -f $state/run/$1.pid ]] && kill -0 "$(cat "$state/run/$1.pid")" 2>/dev/null; }
+wait_for() { # description, tries (×0.1 s), command…
+    local what=$1 tries=$2; shift 2
+    for ((i = 0; i < tries; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+    echo "error: $what did not come up; last log lines:" >&2
+    return 1
+}
+start() { # name, command… — runs in the background, PID into run/<name>.pid, output into logs/<name>.log
+    local name=$1; shift
+    nohup "$@" >"$state/logs/$name.log" 2>&1 &
+    echo $! >"$state/run/$name.pid"
+}
+
+preflight() {
+    [[ -x $bin/kube-apiserver && -x $bin/kubectl ]] || { echo "error: no cluster binaries in $bin; run: make k8s-binaries" >&2; exit 1; }
+    command -v containerd >/dev/null || { echo "error: containerd missing; run: e2e/cluster/install-packages.sh" >&2; exit 1; }
+    [[ $(id -u) -eq 0 ]] || { echo "error: the node needs root (containerd, runc, mounts)" >&2; exit 1; }
+    # The apiserver reaches the kubelet by the node's host name, which must resolve to loopback.
+    local addr; addr=$(getent hosts "$node" | awk '{print $1; exit}')
+    [[ $addr == 127.* ]] || { echo "error: host name $node resolves to '${addr:-nothing}', not 127.x (add it to /etc/hosts)" >&2; exit 1; }
+    if alive apiserver; then echo "error: a cluster already runs from $state; run: make cluster-down" >&2; exit 1; fi
+    local port
+    for port in 23790 26443 10250; do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "error: 127.0.0.1:$port is in use (another cluster from another checkout?); stop it first" >&2; exit 1
+        fi
+    done
+}
+
+make_pki() { # once per state folder: CA, apiserver and kubelet-client certificates, service-account key, tokens
+    [[ -f $state/pki/.complete ]] && return 0
+    local p=$state/pki
+    rm -rf "$p" && mkdir -p "$p" && chmod 700 "$p"
+    openssl genrsa -out "$p/ca.key" 2048 2>/dev/null
+    openssl req -x509 -new -nodes -key "$p/ca.key" -sha256 -days 3650 -subj "/CN=ringfeed-local-ca" -out "$p/ca.crt"
+    cert() { # name, subject, extendedKeyUsage, [subjectAltName]
+        openssl genrsa -out "$p/$1.key" 2048 2>/dev/null
+        openssl req -new -key "$p/$1.key" -subj "$2" -out "$p/$1.csr"
+        { echo "basicConstraints=CA:FALSE"; echo "keyUsage=digitalSignature,keyEncipherment"
+          echo "extendedKeyUsage=$3"; [[ -n ${4:-} ]] && echo "subjectAltName=$4"; } >"$p/$1.ext"
+        openssl x509 -req -in "$p/$1.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial -days 3650 -sha256 \
+            -extfile "$p/$1.ext" -out "$p/$1.crt" 2>/dev/null
+    }
+    cert apiserver "/CN=kube-apiserver" serverAuth \
+        "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    cert kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
+    openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$p/sa.key" -pubout -out "$p/sa.pub" 2>/dev/null
+    token() { openssl rand -hex 16; }
+    local admin kcm sched kubelet
+    admin=$(token) kcm=$(token) sched=$(token) kubelet=$(token)
+    cat >"$p/tokens.csv" <<EOF
+$admin,admin,admin,"system:masters"
+$kcm,system:kube-controller-manager,kcm
+$sched,system:kube-scheduler,sched
+$kubelet,system:node:$node,system:node:$node,"system:nodes"
+EOF
+    kubeconfig() { # file, user, token
+        local f=$state/$1
+        rm -f "$f"
+        kubectl_ --kubeconfig "$f" config set-cluster ringfeed-local --server=$apiserver \
+            --certificate-authority="$p/ca.crt" --embed-certs=true >/dev/null
+        kubectl_ --kubeconfig "$f" config set-credentials "$2" --token="$3" >/dev/null
+        kubectl_ --kubeconfig "$f" config set-context ringfeed-local --cluster=ringfeed-local --user="$2" >/dev/null
+        kubectl_ --kubeconfig "$f" config use-context ringfeed-local >/dev/null
+        chmod 600 "$f"
+    }
+    kubeconfig kubeconfig admin "$admin"
+    kubeconfig kcm.kubeconfig system:kube-controller-manager "$kcm"
+    kubeconfig scheduler.kubeconfig system:kube-scheduler "$sched"
+    kubeconfig kubelet.kubeconfig "system:node:$node" "$kubelet"
+    touch "$p/.complete"
+}
+
+render_config() {
+    mkdir -p "$state/etc" "$state/cni-bin"
+    for f in containerd.toml kubelet-config.yaml; do
+        sed -e "s#@STATE@#$state#g" -e "s#@RINGFEED_CLUSTER@#$here#g" "$here/etc/$f" >"$state/etc/$f"
+    done
+    ln -sfn /usr/lib/cni/loopback "$state/cni-bin/loopback"
+    ln -sfn "$here/etc/cni-bin/pod-loopback-ip" "$state/cni-bin/pod-loopback-ip"
+}
+
+up() {
+    preflight
+    local t0 t
+    t0=$(date +%s%N)
+    mkdir -p "$state"/{logs,run}
+    make_pki
+    render_config
+    # A fresh cluster each time: API objects and kubelet state go, imported images stay in containerd's store.
+    rm -rf "$state/etcd" "$state/kubelet" "$state/pod-logs" "$state/run/cni"
+
+    t=$(date +%s%N)
+    RINGFEED_CNI_STATE=$state/run/cni start containerd /usr/bin/containerd --config "$state/etc/containerd.toml"
+    wait_for containerd 100 ctr_ version || { tail -20 "$state/logs/containerd.log"; exit 1; }
+    import_images
+    echo "containerd        $(ms_since "$t") ms"
+
+    t=$(date +%s%N)
+    start etcd "$bin/etcd" --name ringfeed-local --data-dir "$state/etcd" \
+        --listen-client-urls http://127.0.0.1:23790 --advertise-client-urls http://127.0.0.1:23790 \
+        --listen-peer-urls http://127.0.0.1:23800 --initial-advertise-peer-urls http://127.0.0.1:23800 \
+        --initial-cluster ringfeed-local=http://127.0.0.1:23800 --initial-cluster-state new \
+        --listen-metrics-urls http://127.0.0.1:23810 --quota-backend-bytes 1073741824 --unsafe-no-fsync
+    wait_for etcd 100 curl -sf http://127.0.0.1:23790/health || { tail -20 "$state/logs/etcd.log"; exit 1; }
+    local p=$state/pki
+    start apiserver "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:23790 \
+        --bind-address=127.0.0.1 --secure-port=26443 --advertise-address=127.0.0.1 \
+        --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
+        --client-ca-file="$p/ca.crt" --token-auth-file="$p/tokens.csv" \
+        --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+        --kubelet-client-certificate="$p/kubelet-client.crt" --kubelet-client-key="$p/kubelet-client.key" \
+        --kubelet-preferred-address-types=Hostname,InternalIP \
+        --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+        --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
+        --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true --endpoint-reconciler-type=none
+    wait_for kube-apiserver 600 kubectl_ get --raw /readyz || { tail -20 "$state/logs/apiserver.log"; exit 1; }
+    start controller-manager "$bin/kube-controller-manager" --kubeconfig="$state/kcm.kubeconfig" \
+        --authentication-kubeconfig="$state/kcm.kubeconfig" --authorization-kubeconfig="$state/kcm.kubeconfig" \
+        --bind-address=127.0.0.1 --secure-port=26257 --leader-elect=false \
+        --service-account-private-key-file="$p/sa.key" --root-ca-file="$p/ca.crt" \
+        --use-service-account-credentials=true
+    start scheduler "$bin/kube-scheduler" --kubeconfig="$state/scheduler.kubeconfig" \
+        --authentication-kubeconfig="$state/scheduler.kubeconfig" --authorization-kubeconfig="$state/scheduler.kubeconfig" \
+        --bind-address=127.0.0.1 --secure-port=26259 --leader-elect=false
+    echo "control plane     $(ms_since "$t") ms"
+
+    t=$(date +%s%N)
+    mkdir -p "$state/kubelet"
+    # The no-iptables stubs come first on PATH: belt and braces on top of makeIPTablesUtilChains: false.
+    PATH=$here/etc/no-iptables:$PATH start kubelet "$bin/kubelet" --config="$state/etc/kubelet-config.yaml" \
+        --kubeconfig="$state/kubelet.kubeconfig" --root-dir="$state/kubelet" --cert-dir="$state/kubelet/pki" \
+        --hostname-override="$node" --v=1
+    node_ready() {
+        [[ $(kubectl_ get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
+    }
+    wait_for "node $node" 600 node_ready || { tail -20 "$state/logs/kubelet.log"; exit 1; }
+    # Pods are admitted only once the controller-manager has made the namespace's default ServiceAccount.
+    wait_for "default ServiceAccount" 300 kubectl_ get serviceaccount default || exit 1
+    echo "kubelet → Ready   $(ms_since "$t") ms"
+    echo "cluster up in $(ms_since "$t0") ms; export KUBECONFIG=$state/kubeconfig"
+}
+
+import_images() { # each archive of `make images` whose image is not yet in containerd's store
+    local archive name id imported=$state/containerd/imported
+    mkdir -p "$imported"
+    for archive in "$RINGFEED_CACHE"/images/*.oci.tar; do
+        [[ -f $archive ]] || continue
+        name=$(basename "$archive" .oci.tar) id=$(cat "$archive.id")
+        [[ $(cat "$imported/$name" 2>/dev/null) == "$id" ]] && continue
+        ctr_ images import "$archive" >/dev/null
+        echo "$id" >"$imported/$name"
+        echo "imported $name"
+    done
+}
+
+stop() { # name: SIGTERM, up to 10 s, then SIGKILL
+    local f=$state/run/$1.pid pid
+    [[ -f $f ]] || return 0
+    pid=$(cat "$f")
+    if kill -0 "$pid" 2>/dev/null; then
+        kill "$pid"
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    fi
+    rm -f "$f"
+}
+
+down() {
+    [[ -d $state ]] || return 0
+    # Controllers first, so nothing recreates the Pods; then the kubelet tears them down cleanly (it unmounts
+    # their emptyDir and projected volumes).
+    stop controller-manager
+    stop scheduler
+    if alive kubelet && alive apiserver; then
+        kubectl_ delete pods --all --all-namespaces --grace-period=1 --wait=true --timeout=30s >/dev/null 2>&1 || true
+    fi
+    stop kubelet
+    if alive containerd; then
+        local id
+        for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s KILL "$id" >/dev/null 2>&1 || true; done
+        sleep 0.5
+        for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks delete -f "$id" >/dev/null 2>&1 || true; done
+        for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$id" >/dev/null 2>&1 || true; done
+    fi
+    stop containerd
+    local name
+    for name in apiserver etcd; do stop "$name"; done
+    # Shims that outlived containerd: only those started for this state folder's socket.
+    local pid
+    for pid in $(pgrep -f containerd-shim-runc-v2 || true); do
+        tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-address $state/containerd/containerd.sock" \
+            && kill -9 "$pid" 2>/dev/null || true
+    done
+    local m
+    for m in $(awk '{print $2}' /proc/mounts | grep "^$state/" | sort -r); do umount "$m" 2>/dev/null || umount -l "$m"; done
+    # cgroups the kubelet made (cgroup v1: one tree per controller), deepest first.
+    local h
+    for h in /sys/fs/cgroup/*/; do
+        [[ -d $h/kubepods ]] && find "$h/kubepods" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    done
+    # Host paths the kubelet and containerd write whatever their configured roots.
+    rm -rf /var/lib/kubelet/device-plugins /var/lib/kubelet/pki /var/lib/cni/results /var/lib/cni/networks /run/containerd
+    rmdir /var/lib/kubelet /var/lib/cni 2>/dev/null || true
+    rm -f /var/log/containers/*.log && rmdir /var/log/containers 2>/dev/null || true
+    if ls -d /sys/fs/cgroup/*/kubepods >/dev/null 2>&1; then echo "warning: kubepods cgroups left behind" >&2; fi
+    echo "cluster down"
+}
+
+status() {
+    local name
+    for name in containerd etcd apiserver controller-manager scheduler kubelet; do
+        if alive "$name"; then printf '%-20s running (pid %s)\n' "$name" "$(cat "$state/run/$name.pid")"
+        else printf '%-20s stopped\n' "$name"; fi
+    done
+    if alive apiserver; then
+        echo; kubectl_ get nodes -o wide
+        echo; kubectl_ get pods --all-namespaces
+        echo; echo "export KUBECONFIG=$state/kubeconfig"
+    fi
+    if alive containerd; then echo; ctr_ images ls -q | grep -v '^sha256:'; fi
+}
+
+clean() {
+    down
+    rm -rf "$state"
+    echo "cluster state removed"
+}
+
+case "${1:-}" in
+    up) up ;;
+    down) down ;;
+    status) status ;;
+    clean) clean ;;
+    import) import_images ;;
+    import-if-running) if alive containerd; then import_images; fi ;;
+    *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

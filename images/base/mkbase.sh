@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The local base image localhost/ringfeed/base:bookworm: a Debian bookworm root filesystem made by debootstrap from
+# Debian's package archive (no registry to pull python:3.11-slim-bookworm from), with Python 3.11 and venv.
+# It stands in for the BASE a Docker user gets from Docker Hub; the Dockerfiles do not change.
+# usage: mkbase.sh IMAGE   (run through images/build.sh, which sets up buildah's storage)
+set -euo pipefail
+image=$1
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+rootfs=$(mktemp -d "${TMPDIR:-/tmp}/ringfeed-base.XXXXXX")
+trap 'rm -rf "$rootfs"' EXIT
+
+debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$rootfs" "$mirror" >/dev/null
+# Package caches, lists, docs and locales are of no use in an image (~275 MB → ~130 MB).
+rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* \
+       "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* \
+       "$rootfs"/var/log/*.log "$rootfs"/var/cache/debconf/*-old
+
+container=$(buildah from scratch)
+mount=$(buildah mount "$container")
+tar -C "$rootfs" --numeric-owner -cf - . | tar -C "$mount" --numeric-owner -xpf -
+buildah umount "$container" >/dev/null
+buildah config --os linux --arch amd64 --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env LANG=C.UTF-8 --cmd '["/bin/bash"]' "$container"
+buildah commit --rm --quiet "$container" "$image" >/dev/null

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Build Ringfeed's images from the Dockerfiles under images/ with buildah (no Docker engine, no registry), export
+# them as OCI archives into $RINGFEED_CACHE/images and import them into the local cluster's containerd when it runs.
+#
+#   build.sh all      base (once), pause, wheels, every images/*/Dockerfile, export, import
+#   build.sh wheels   only the wheelhouses that are the Dockerfiles' build contexts (for a Docker build elsewhere)
+#
+# RUN steps use chroot isolation in the host's network namespace: no bridge, no NAT rule, no netns is created.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cache=${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/images
+store=$cache/buildah
+python=${PYTHON_VENV:-$repo/.venv}/bin/python
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/dataplane/pyproject.toml")
+base=localhost/ringfeed/base:bookworm
+pause=localhost/ringfeed/pause:1.0
+images=(dataplane)
+
+setup_buildah() {
+    command -v buildah >/dev/null || { echo "error: buildah missing; run: e2e/cluster/install-packages.sh" >&2; exit 1; }
+    mkdir -p "$store/etc" "$store/tmp"
+    for f in storage.conf registries.conf containers.conf; do
+        sed "s#@STORE@#$store#g" "$here/buildah/$f" >"$store/etc/$f"
+    done
+    export CONTAINERS_STORAGE_CONF=$store/etc/storage.conf CONTAINERS_REGISTRIES_CONF=$store/etc/registries.conf
+    export CONTAINERS_CONF=$store/etc/containers.conf BUILDAH_ISOLATION=chroot TMPDIR=$store/tmp
+}
+
+key_of() { cat "$@" | sha256sum | cut -c1-16; }
+has_image() { buildah inspect --type image "$1" >/dev/null 2>&1; }
+timed() { # label, command…
+    local t=$(date +%s%N); "${@:2}"; echo "images: $1 in $(( ($(date +%s%N) - t) / 1000000 )) ms"
+}
+
+build_base() { # debootstrap is the slow step (~1 min): only when mkbase.sh changed
+    local key; key=$(key_of "$here/base/mkbase.sh")
+    has_image "$base" && [[ -f $store/base.$key ]] && return 0
+    echo "images: base $base from debootstrap (about a minute) …"
+    timed base "$here/base/mkbase.sh" "$base"
+    rm -f "$store"/base.* && touch "$store/base.$key"
+}
+
+build_pause() {
+    local key; key=$(key_of "$here/pause/pause.c")
+    has_image "$pause" && [[ -f $store/pause.$key ]] && return 0
+    local dir; dir=$(mktemp -d "$store/tmp/pause.XXXXXX")
+    gcc -Os -static -Wall -Werror -o "$dir/pause" "$here/pause/pause.c" && strip "$dir/pause"
+    local container; container=$(buildah from scratch)
+    buildah copy --quiet "$container" "$dir/pause" /pause >/dev/null
+    buildah config --os linux --arch amd64 --entrypoint '["/pause"]' --user 65535:65535 "$container"
+    buildah commit --rm --quiet "$container" "$pause" >/dev/null
+    rm -rf "$dir" "$store"/pause.* && touch "$store/pause.$key"
+}
+
+build_wheels() { # the ringfeed wheel (native extension built by maturin) plus every dependency as a wheel
+    local out=$cache/wheels/dataplane
+    rm -rf "$out" && mkdir -p "$out"
+    (cd "$repo/dataplane" && "$python" -m maturin build --release --quiet --out "$out" >/dev/null)
+    "$python" -m pip download --quiet --only-binary=:all: --dest "$out" "$out"/ringfeed-*.whl
+}
+
+build_image() { # name: images/<name>/Dockerfile with its wheelhouse as the context
+    buildah bud --quiet --layers --pull=never --isolation chroot --build-arg BASE="$base" \
+        -f "$here/$1/Dockerfile" -t "localhost/ringfeed/$1:$version" "$cache/wheels/$1" >/dev/null
+}
+
+export_image() { # image, archive: rewritten only when the image changed
+    local id; id=$(buildah inspect --type image --format '{{.FromImageID}}' "$1")
+    [[ -f $2 && $(cat "$2.id" 2>/dev/null) == "$id" ]] && return 0
+    rm -f "$2" && buildah push --quiet "$1" "oci-archive:$2:$1" && echo "$id" >"$2.id"
+}
+
+all() {
+    setup_buildah
+    build_base
+    timed pause build_pause
+    timed wheels build_wheels
+    local name
+    for name in "${images[@]}"; do timed "$name" build_image "$name"; done
+    export_image "$pause" "$cache/pause.oci.tar"
+    for name in "${images[@]}"; do
+        timed "export $name" export_image "localhost/ringfeed/$name:$version" "$cache/$name.oci.tar"
+    done
+    buildah rm --all >/dev/null
+    "$repo/e2e/cluster/cluster.sh" import-if-running
+    echo "images: $(du -sh --apparent-size "$cache"/*.oci.tar | awk '{printf "%s %s  ", $2, $1}')"
+}
+
+case "${1:-}" in
+    all) all ;;
+    wheels) build_wheels ;;
+    *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
