@@ -27,19 +27,28 @@ help: ## Show this help
 
 deps: $(VENV)/.installed .cache/.cassandra ## Install everything: venv, native extension, Cassandra jars
 
-$(VENV)/.installed: dataplane/pyproject.toml $(NATIVE_SOURCES)
+$(VENV)/.installed: dataplane/pyproject.toml operator/pyproject.toml $(NATIVE_SOURCES)
 	@scripts/require-tools.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e 'dataplane[test]'
+	$(PY) -m pip install --quiet -e 'dataplane[test]' -e operator
 	@touch $@
 
 .cache/.cassandra: $(VENV)/.installed
 	$(PY) -c "from ringfeed.local import ensure_cassandra_jars; print('Cassandra jars:', ensure_cassandra_jars())"
 	@touch $@
 
-k8s-binaries: ## Build etcd, Kubernetes v1.33, helm and kwok from the Go module proxy into .cache/k8s (reused)
+k8s-binaries: ## Build etcd, Kubernetes v1.33 (with kubectl), helm and kwok from the Go module proxy into .cache/k8s
 	@e2e/cluster/build-binaries.sh
+
+node-packages: ## Debian packages of the local node and image builds: containerd, runc, CNI plugins, debootstrap, buildah
+	@e2e/cluster/install-packages.sh
+
+wheels: deps ## Wheelhouse of ringfeed + ringfeed-operator + dependencies: the images' build context (.cache/images/wheels)
+	@images/build.sh wheels
+
+images: deps node-packages ## Build the images from images/*/Dockerfile with buildah; import them into the local cluster
+	@images/build.sh all
 
 $(REFWRITER): $(shell find benchmarks/refwriter/src -name '*.rs') benchmarks/refwriter/Cargo.toml
 	cargo build --quiet --release --manifest-path benchmarks/refwriter/Cargo.toml
@@ -55,10 +64,21 @@ local-up: deps ## Start the local ring (NODES=1)
 local-down: ## Stop the local ring
 	@test -x $(RINGFEED) && $(RINGFEED) local down || true
 
+##@ Local Kubernetes cluster (single node on loopback: etcd, control plane, kubelet, containerd)
+
+cluster-up: k8s-binaries node-packages images ## Start a fresh local cluster; KUBECONFIG=.state/cluster/kubeconfig
+	@e2e/cluster/cluster.sh up
+
+cluster-down: ## Stop the local cluster by PID, unmount, remove its cgroups (images are kept)
+	@e2e/cluster/cluster.sh down
+
+cluster-status: ## What runs, the node, every Pod, the imported images
+	@e2e/cluster/cluster.sh status
+
 ##@ Test
 
-test: deps ## Run unit and integration tests (real Cassandra nodes on loopback)
-	$(PY) -m pytest dataplane/tests
+test: deps k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
+	$(PY) -m pytest dataplane/tests e2e/tests
 
 test-unit: deps ## Unit tests only (no servers)
 	$(PY) -m pytest dataplane/tests/unit
@@ -73,7 +93,7 @@ bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorith
 
 ##@ Cleanup
 
-clean: local-down ## Remove state, venv and build outputs (keeps downloaded jars)
-	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target
+clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
+	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target .cache/images
 
-.PHONY: help deps k8s-binaries demo local-up local-down test test-unit bench-ingest bench-split clean
+.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status demo local-up local-down test test-unit bench-ingest bench-split clean

@@ -16,7 +16,7 @@ python=${PYTHON_VENV:-$repo/.venv}/bin/python
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/dataplane/pyproject.toml")
 base=localhost/ringfeed/base:bookworm
 pause=localhost/ringfeed/pause:1.0
-images=(dataplane)
+images=(dataplane operator)
 
 setup_buildah() {
     command -v buildah >/dev/null || { echo "error: buildah missing; run: e2e/cluster/install-packages.sh" >&2; exit 1; }
@@ -54,16 +54,18 @@ build_pause() {
     rm -rf "$dir" "$store"/pause.* && touch "$store/pause.$key"
 }
 
-build_wheels() { # the ringfeed wheel (native extension built by maturin) plus every dependency as a wheel
-    local out=$cache/wheels/dataplane
+build_wheels() { # ringfeed (native extension built by maturin), ringfeed-operator and every dependency as wheels
+    local out=$cache/wheels
     rm -rf "$out" && mkdir -p "$out"
     (cd "$repo/dataplane" && "$python" -m maturin build --release --quiet --out "$out" >/dev/null)
-    "$python" -m pip download --quiet --only-binary=:all: --dest "$out" "$out"/ringfeed-*.whl
+    "$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$repo/operator"
+    "$python" -m pip download --quiet --only-binary=:all: --dest "$out" --find-links "$out" \
+        "$out"/ringfeed-0*.whl "$out"/ringfeed_operator-*.whl
 }
 
-build_image() { # name: images/<name>/Dockerfile with its wheelhouse as the context
+build_image() { # name: images/<name>/Dockerfile with the wheelhouse as the context
     buildah bud --quiet --layers --pull=never --isolation chroot --build-arg BASE="$base" \
-        -f "$here/$1/Dockerfile" -t "localhost/ringfeed/$1:$version" "$cache/wheels/$1" >/dev/null
+        -f "$here/$1/Dockerfile" -t "localhost/ringfeed/$1:$version" "$cache/wheels" >/dev/null
 }
 
 export_image() { # image, archive: rewritten only when the image changed
@@ -72,18 +74,30 @@ export_image() { # image, archive: rewritten only when the image changed
     rm -f "$2" && buildah push --quiet "$1" "oci-archive:$2:$1" && echo "$id" >"$2.id"
 }
 
+sources_key() { # everything the wheels and images are made from
+    (cd "$repo" && find dataplane/pyproject.toml dataplane/ringfeed dataplane/native/src dataplane/native/Cargo.* \
+        operator/pyproject.toml operator/ringfeed_operator images/base images/dataplane images/operator \
+        -type f ! -name '*.pyc' | sort | xargs sha256sum) | sha256sum | cut -c1-16
+}
+
 all() {
     setup_buildah
     build_base
     timed pause build_pause
-    timed wheels build_wheels
-    local name
-    for name in "${images[@]}"; do timed "$name" build_image "$name"; done
     export_image "$pause" "$cache/pause.oci.tar"
-    for name in "${images[@]}"; do
-        timed "export $name" export_image "localhost/ringfeed/$name:$version" "$cache/$name.oci.tar"
-    done
-    buildah rm --all >/dev/null
+    local key name
+    key=$(sources_key)
+    if [[ $(cat "$cache/sources.key" 2>/dev/null) != "$key" ]]; then
+        timed wheels build_wheels
+        for name in "${images[@]}"; do timed "$name" build_image "$name"; done
+        for name in "${images[@]}"; do
+            timed "export $name" export_image "localhost/ringfeed/$name:$version" "$cache/$name.oci.tar"
+        done
+        buildah rm --all >/dev/null
+        echo "$key" >"$cache/sources.key"
+    else
+        echo "images: sources unchanged since the last build, archives reused"
+    fi
     "$repo/e2e/cluster/cluster.sh" import-if-running
     echo "images: $(du -sh --apparent-size "$cache"/*.oci.tar | awk '{printf "%s %s  ", $2, $1}')"
 }

@@ -1,0 +1,89 @@
+"""The local cluster as tests see it: API clients, kubectl and helm bound to its kubeconfig, images, waits, dumps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from kubernetes import client, config
+
+REPO = Path(__file__).resolve().parents[2]
+STATE = Path(os.environ.get("RINGFEED_CLUSTER_DIR", REPO / ".state" / "cluster"))
+CACHE = Path(os.environ.get("RINGFEED_CACHE", REPO / ".cache"))
+IMAGE_VERSION = "0.1.0"
+
+
+class Cluster:
+    """The running cluster as tests see it: API clients, kubectl and helm bound to its kubeconfig, images."""
+
+    def __init__(self, kubeconfig: Path):
+        self.kubeconfig = kubeconfig
+        self.bin = CACHE / "k8s" / "bin"
+        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.node = self.core.list_node().items[0].metadata.name
+
+    @staticmethod
+    def image(name: str) -> str:
+        return f"localhost/ringfeed/{name}:{IMAGE_VERSION}"
+
+    def run(self, tool: str, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), HELM_CACHE_HOME=str(STATE / "helm" / "cache"),
+                   HELM_CONFIG_HOME=str(STATE / "helm" / "config"), HELM_DATA_HOME=str(STATE / "helm" / "data"))
+        result = subprocess.run([str(self.bin / tool), *args], env=env, capture_output=True, text=True,
+                                timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{tool} {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        return result
+
+    def kubectl(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        return self.run("kubectl", *args, **kwargs)
+
+    def helm(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        return self.run("helm", *args, **kwargs)
+
+    def wait(self, what: str, predicate: Callable[[], object], timeout_s: float = 90) -> object:
+        """Poll predicate until it returns something truthy; fail with `what` after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            time.sleep(0.2)
+
+    def wait_pod_done(self, namespace: str, name: str, timeout_s: float = 90) -> client.V1Pod:
+        def done():
+            pod = self.core.read_namespaced_pod(name, namespace)
+            return pod if pod.status.phase in ("Succeeded", "Failed") else None
+
+        return self.wait(f"pod {namespace}/{name} to finish", done, timeout_s)
+
+    def dump(self, namespace: str, folder: Path) -> None:
+        """Pod logs (every container, previous runs too), events and the YAML of every object of a namespace."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for pod in self.core.list_namespaced_pod(namespace).items:
+            containers = [c.name for c in (pod.spec.init_containers or []) + pod.spec.containers]
+            for container in containers:
+                for previous in (False, True):
+                    try:
+                        log = self.core.read_namespaced_pod_log(pod.metadata.name, namespace, container=container,
+                                                                previous=previous)
+                    except client.ApiException:
+                        continue
+                    suffix = ".previous" if previous else ""
+                    (folder / f"{pod.metadata.name}.{container}{suffix}.log").write_text(log)
+        events = self.core.list_namespaced_event(namespace).items
+        lines = [f"{e.last_timestamp or e.event_time} {e.type} {e.involved_object.kind}/{e.involved_object.name} "
+                 f"{e.reason}: {e.message}" for e in events]
+        (folder / "events.txt").write_text("\n".join(lines) + "\n")
+        kinds = self.kubectl("api-resources", "--namespaced", "--verbs=list", "-o", "name").stdout.split()
+        kinds = [k for k in kinds if k not in ("events", "events.events.k8s.io")]
+        objects = self.kubectl("get", ",".join(kinds), "-n", namespace, "-o", "yaml", check=False).stdout
+        (folder / "objects.yaml").write_text(objects)

@@ -1,0 +1,1 @@
+"""Ringfeed's Kubernetes operator (kopf): reconciles Dataset, Split and TrainingJob objects."""

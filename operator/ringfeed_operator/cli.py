@@ -1,0 +1,45 @@
+"""`ringfeed-operator`: runs the kopf operator with Ringfeed's handlers and a Prometheus endpoint."""
+
+import asyncio
+import logging
+
+import click
+import kopf
+import prometheus_client
+
+import ringfeed_operator.main  # noqa: F401  (registers the handlers)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--namespace", "-n", "namespaces", multiple=True,
+              help="Watch only this namespace (repeatable). Default: every namespace.")
+@click.option("--metrics-port", default=9090, show_default=True, type=int,
+              help="Port of the Prometheus /metrics endpoint; 0 turns it off.")
+@click.option("--health-port", default=8080, show_default=True, type=int,
+              help="Port of the liveness endpoint (GET /healthz) for the Deployment's probe.")
+@click.option("--bind", default="0.0.0.0", show_default=True,
+              help="Address the metrics and health endpoints listen on (127.0.0.1 on a hostNetwork node).")
+@click.option("--verbose", "-v", is_flag=True, help="Log every handler call and API request.")
+def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, verbose: bool) -> None:
+    """Reconcile Ringfeed's Dataset, Split and TrainingJob objects.
+
+    Inside a cluster the service account's credentials are used; outside, the current kubeconfig context.
+
+    \b
+    Examples:
+      ringfeed-operator                          # every namespace
+      ringfeed-operator -n ml-data -n ml-train   # two namespaces only
+      ringfeed-operator --bind 127.0.0.1 --metrics-port 19090 --health-port 18080
+    """
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if metrics_port:
+        prometheus_client.start_http_server(metrics_port, addr=bind)
+    asyncio.run(kopf.operator(
+        clusterwide=not namespaces,
+        namespaces=list(namespaces),
+        liveness_endpoint=f"http://{bind}:{health_port}/healthz",
+        registry=kopf.get_default_registry(),
+        standalone=True,  # one replica (Deployment strategy Recreate): no peering objects
+    ))
+
