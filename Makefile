@@ -10,6 +10,7 @@ PY := $(VENV)/bin/python
 RINGFEED := $(VENV)/bin/ringfeed
 NATIVE_SOURCES := $(shell find dataplane/native/src -name '*.rs' 2>/dev/null) dataplane/native/Cargo.toml dataplane/native/Cargo.lock
 REFWRITER := benchmarks/refwriter/target/release/refwriter
+REFREADER := benchmarks/refreader/target/release/refreader
 
 # Everything downloaded or generated stays inside the checkout (git-ignored).
 export RINGFEED_CACHE := $(CURDIR)/.cache
@@ -31,7 +32,7 @@ $(VENV)/.installed: dataplane/pyproject.toml operator/pyproject.toml $(NATIVE_SO
 	@scripts/require-tools.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e 'dataplane[test]' -e operator
+	$(PY) -m pip install --quiet -e 'dataplane[test,torch]' -e operator
 	@touch $@
 
 .cache/.cassandra: $(VENV)/.installed
@@ -53,9 +54,12 @@ images: deps node-packages ## Build the images from images/*/Dockerfile with bui
 $(REFWRITER): $(shell find benchmarks/refwriter/src -name '*.rs') benchmarks/refwriter/Cargo.toml
 	cargo build --quiet --release --manifest-path benchmarks/refwriter/Cargo.toml
 
+$(REFREADER): $(shell find benchmarks/refreader/src -name '*.rs') benchmarks/refreader/Cargo.toml
+	cargo build --quiet --release --manifest-path benchmarks/refreader/Cargo.toml
+
 ##@ Run
 
-demo: deps ## Local Cassandra node, a small image set, ingest, a split by patient
+demo: deps ## Local Cassandra node, a small image set, ingest, a split by patient, two epochs through the loader
 	$(RINGFEED) demo
 
 local-up: deps ## Start the local ring (NODES=1)
@@ -88,12 +92,15 @@ test-unit: deps ## Unit tests only (no servers)
 bench-ingest: deps $(REFWRITER) ## Ringfeed ingest vs a plain Rust scylla writer (BAR lines at the end)
 	$(PY) benchmarks/bench_ingest.py --refwriter $(REFWRITER)
 
+bench-loader: deps $(REFREADER) ## Loader vs a Rust scylla reader, a Python driver loop, files on disk (BAR lines)
+	$(PY) benchmarks/bench_loader.py --refreader $(REFREADER)
+
 bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorithm, and the metadata scan (BAR lines)
 	$(PY) benchmarks/bench_split.py
 
 ##@ Cleanup
 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
-	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target .cache/images
+	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target .cache/images
 
-.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status demo local-up local-down test test-unit bench-ingest bench-split clean
+.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status demo local-up local-down test test-unit bench-ingest bench-loader bench-split clean

@@ -82,6 +82,67 @@ class Session:
     def writer(self, concurrency: int = 64, max_retries: int = 8) -> BulkWriter:
         """A writer keeping at most ``concurrency`` requests in flight across all its ``submit`` calls."""
 
+    def fetcher(
+        self,
+        keyspace: str,
+        table: str = "data_by_uuid",
+        concurrency: int = 64,
+        max_retries: int = 8,
+        image_size: tuple[int, int] | None = None,
+        channels: int = 3,
+        crop: bool = True,
+        raw_item_bytes: int | None = None,
+        decode_threads: int = 2,
+    ) -> Fetcher:
+        """A batch reader of ``keyspace.table`` (``uuid`` → ``label``, ``data``), prepared here (GIL released).
+
+        ``image_size=(height, width)`` decodes JPEG/PNG to uint8 (height, width, channels) on ``decode_threads``
+        native threads (resized bilinearly; with ``crop``, centre-cropped to the aspect ratio first);
+        ``raw_item_bytes`` expects fixed-size raw tensors; neither keeps the stored bytes.
+        ``concurrency`` bounds the requests in flight across all of the fetcher's batches.
+        """
+
+class Buffer:
+    """Bytes owned by Rust, seen by Python through the buffer protocol: ``numpy.frombuffer(buf, dtype)`` does not
+    copy. Writable, so ``torch.from_numpy`` accepts the array."""
+
+    def __len__(self) -> int: ...
+
+class FetchedBatch:
+    """One batch, samples in submission order minus the missing and corrupt ones."""
+
+    ticket: int
+    data: Buffer
+    """Decoded samples (fixed size each) or, without decoding, the stored bytes concatenated."""
+    offsets: Buffer | None
+    """int64 start of each sample in ``data`` plus the end; only without decoding."""
+    labels: Buffer
+    """int32 label per delivered sample."""
+    positions: Buffer
+    """int64 position, in the submitted batch, of each delivered sample."""
+    missing: list[int]
+    """Positions whose UUID has no row."""
+    corrupt: list[tuple[int, str]]
+    """(position, reason) of samples that could not be decoded."""
+    retries: int
+    """Requests retried after a transient failure (timeouts, broken connections, unavailable replicas)."""
+
+class Fetcher:
+    """Reads batches of samples by UUID with many requests in flight; decodes without the GIL."""
+
+    def submit(self, ticket: int, uuids: bytes) -> None:
+        """Starts reading the samples whose UUIDs are ``uuids`` (16 bytes each); returns at once."""
+
+    def take(self, ticket: int | None = None) -> FetchedBatch:
+        """Waits (GIL released) for batch ``ticket``, or for the first batch to complete when None.
+
+        A transient failure of a read is retried with backoff up to ``max_retries`` times; after that, or for any
+        other error, raises RuntimeError naming the sample.
+        """
+
+def decode_image(encoded: bytes, height: int, width: int, channels: int = 3, crop: bool = True) -> Buffer:
+    """The loader's decoder on one JPEG/PNG: uint8 (height, width, channels). Raises ValueError if it cannot."""
+
 class BulkWriter:
     """Writes rows of prepared (idempotent) INSERTs concurrently.
 

@@ -2,9 +2,10 @@
 //!
 //! `session` connects and prepares, `convert` turns Python values into CQL values,
 //! `writer` is the bulk ingest path, `scan` reads whole columns by token range,
-//! `retry` is the policy they share.
+//! `fetch` reads and decodes the loader's batches, `retry` is the policy they share.
 
 mod convert;
+mod fetch;
 mod retry;
 mod scan;
 mod session;
@@ -17,6 +18,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<session::Session>()?;
     module.add_class::<session::PreparedStatement>()?;
     module.add_class::<writer::BulkWriter>()?;
+    module.add_class::<fetch::Fetcher>()?;
+    module.add_class::<fetch::FetchedBatch>()?;
+    module.add_class::<fetch::Buffer>()?;
+    module.add_function(wrap_pyfunction!(fetch::decode_image_py, module)?)?;
     module.add("WriteError", module.py().get_type::<writer::WriteError>())?;
     Ok(())
 }

@@ -17,6 +17,7 @@ use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use tokio::runtime::Runtime;
 
 use crate::convert::BindMarker;
+use crate::fetch::{Decode, Fetcher, image_shape};
 use crate::scan::{ScanRequest, scan};
 use crate::writer::BulkWriter;
 
@@ -58,6 +59,11 @@ pub(crate) struct Client {
 }
 
 impl Client {
+    /// Runs `future` in the background on this client's runtime.
+    pub fn spawn(&self, future: impl Future<Output = ()> + Send + 'static) {
+        self.runtime.get().spawn(future);
+    }
+
     /// Runs `future` on this client's runtime with the GIL released; see [`block_on`].
     pub fn block_on<F>(&self, py: Python<'_>, future: F) -> PyResult<F::Output>
     where
@@ -233,6 +239,44 @@ impl Session {
             max_retries,
         };
         scan(py, &self.client, request, progress)
+    }
+
+    /// A batch reader of `keyspace.table` rows (uuid → label, data); see `fetch.rs` and the stub file.
+    #[pyo3(signature = (keyspace, table = "data_by_uuid", concurrency = 64, max_retries = 8, image_size = None,
+                        channels = 3, crop = true, raw_item_bytes = None, decode_threads = 2))]
+    #[allow(clippy::too_many_arguments)]
+    fn fetcher(
+        &self,
+        py: Python<'_>,
+        keyspace: &str,
+        table: &str,
+        concurrency: u32,
+        max_retries: u32,
+        image_size: Option<(u32, u32)>,
+        channels: u8,
+        crop: bool,
+        raw_item_bytes: Option<usize>,
+        decode_threads: usize,
+    ) -> PyResult<Fetcher> {
+        let decode = match (image_size, raw_item_bytes) {
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err("give image_size or raw_item_bytes, not both"));
+            }
+            (Some((height, width)), None) => Decode::Image(image_shape(height, width, channels, crop)?),
+            (None, Some(0)) => return Err(PyValueError::new_err("raw_item_bytes must be positive")),
+            (None, Some(item_bytes)) => Decode::Raw { item_bytes },
+            (None, None) => Decode::Bytes,
+        };
+        if decode_threads == 0 {
+            return Err(PyValueError::new_err("decode_threads must be at least 1"));
+        }
+        let cql = format!("SELECT label, data FROM {keyspace}.{table} WHERE uuid = ?");
+        let mut statement = self
+            .client
+            .block_on(py, self.client.session.prepare(cql.as_str()))?
+            .map_err(|err| PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err))))?;
+        statement.set_is_idempotent(true);
+        Fetcher::new(Arc::clone(&self.client), statement, concurrency, max_retries, decode, decode_threads)
     }
 
     #[pyo3(signature = (concurrency = 64, max_retries = 8))]

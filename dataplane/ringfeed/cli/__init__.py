@@ -1,10 +1,10 @@
-"""``ringfeed`` command line: a local ring, datasets, ingest, inspection and splits.
+"""``ringfeed`` command line: a local ring, datasets, ingest, inspection, splits and the loader.
 
 Every command that talks to Cassandra takes ``--hosts/--port/--username/--password`` (or RINGFEED_* variables);
 the defaults reach the ring started by ``ringfeed local up``.
 """
 
-from ringfeed.cli import datasets, demo, local, splits  # noqa: F401  (they register their commands)
+from ringfeed.cli import datasets, demo, load, local, splits  # noqa: F401  (they register their commands)
 from ringfeed.cli.app import main
 
 __all__ = ["main"]

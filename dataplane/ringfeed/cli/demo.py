@@ -1,4 +1,4 @@
-"""``ringfeed demo``: the whole path on one local node, from images to a split."""
+"""``ringfeed demo``: the whole path on one local node, from images to a split streamed by the loader."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import click
 
 from ringfeed.cli.app import console, default_local_dir, main
 from ringfeed.cli.datasets import RichIngestProgress, print_ingest_summary
+from ringfeed.cli.load import print_throughput, run_epochs
 from ringfeed.cli.local import print_ring
 from ringfeed.cli.render import progress_bar
 from ringfeed.cli.splits import print_split
@@ -23,9 +24,10 @@ DEMO_SPLIT = "by-patient"
 @click.option("--patients", default=24, show_default=True)
 @click.pass_context
 def demo(ctx, workdir, patients):
-    """Start a local node, make a patient → slide → patch image set, ingest it, split it by patient."""
+    """Start a local node, make a patient → slide → patch image set, ingest it, split it by patient, load it."""
     from ringfeed.demo import LABEL_NAMES, make_demo_set
     from ringfeed.ingest import IngestOptions, ingest
+    from ringfeed.loader import Decode, Loader
     from ringfeed.local import LocalRing
     from ringfeed.schema import Column, DatasetSchema, Encoding
     from ringfeed.splits import SplitSpec, create_split
@@ -64,7 +66,11 @@ def demo(ctx, workdir, patients):
         console.rule(f"[bold]5 · split {DEMO_SPLIT}: 7:2:1, no patient in two parts")
         spec = SplitSpec(ratios=(7, 2, 1), group_by=("patient_id",), seed=42)
         stored, _ = create_split(store, DEMO_DATASET, DEMO_SPLIT, spec)
-    print_split(stored)
+        print_split(stored)
+
+        console.rule("[bold]6 · two epochs of the train part through the loader, decoded to 224×224")
+        loader = Loader(DEMO_DATASET, DEMO_SPLIT, "train", 64, store=store, decode=Decode(224, 224), seed=42)
+    print_throughput(loader, run_epochs(loader, 2))
     console.rule("[bold]done")
     console.print(f"the node keeps running: try [bold]ringfeed inspect {DEMO_DATASET}[/], "
                   f"[bold]ringfeed split show {DEMO_DATASET} {DEMO_SPLIT}[/] or [bold]ringfeed split create "

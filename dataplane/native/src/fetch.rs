@@ -1,0 +1,435 @@
+//! The loader's data path: batches of samples read by UUID with many requests in flight, decoded on a thread
+//! pool, assembled into one contiguous buffer per batch — all without the GIL.
+//!
+//! Python submits batches under tickets and takes them back in order (`take(ticket)`) or as they complete
+//! (`take(None)`); every batch in flight shares one window of `concurrency` requests.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex};
+
+use fast_image_resize::images::Image as ResizeTarget;
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use futures::StreamExt;
+use image::DynamicImage;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use pyo3::{PyErr, ffi};
+use rayon::prelude::*;
+use scylla::statement::prepared::PreparedStatement;
+use tokio::sync::{Semaphore, mpsc};
+use uuid::Uuid;
+
+use crate::retry::{backoff, is_transient};
+use crate::session::{Client, one_line};
+
+/// How a sample's bytes become the batch's `data`.
+#[derive(Clone, Copy)]
+pub(crate) enum Decode {
+    /// Bytes as stored, concatenated; `offsets` says where each sample starts.
+    Bytes,
+    /// Fixed-size raw tensors: each sample must be exactly `item_bytes` long.
+    Raw { item_bytes: usize },
+    /// JPEG/PNG decoded to uint8 height × width × channels, resized (centre-cropped to the aspect first when `crop`).
+    Image(ImageShape),
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct ImageShape {
+    pub height: u32,
+    pub width: u32,
+    pub channels: u8,
+    pub crop: bool,
+}
+
+impl ImageShape {
+    fn item_bytes(&self) -> usize {
+        self.height as usize * self.width as usize * self.channels as usize
+    }
+}
+
+/// An owned byte buffer that Python sees through the buffer protocol (zero-copy `numpy.frombuffer`).
+#[pyclass(module = "ringfeed._native", frozen)]
+pub struct Buffer {
+    bytes: Vec<u8>,
+}
+
+#[pymethods]
+impl Buffer {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        let bytes = &slf.get().bytes;
+        // Writable, so that torch.from_numpy accepts it; nothing on the Rust side reads the bytes after hand-off.
+        let status = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                bytes.as_ptr() as *mut c_void,
+                bytes.len() as ffi::Py_ssize_t,
+                0,
+                flags,
+            )
+        };
+        if status == -1 { Err(PyErr::fetch(slf.py())) } else { Ok(()) }
+    }
+
+    fn __len__(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// One batch as it comes back: samples in submission order, minus missing and corrupt ones.
+#[pyclass(module = "ringfeed._native", frozen)]
+pub struct FetchedBatch {
+    #[pyo3(get)]
+    ticket: u64,
+    /// Decoded pixels / raw tensors (fixed size per sample) or the stored bytes concatenated.
+    #[pyo3(get)]
+    data: Py<Buffer>,
+    /// int64 start of each delivered sample in `data`, plus the end (only when not decoding).
+    #[pyo3(get)]
+    offsets: Option<Py<Buffer>>,
+    /// int32 label of each delivered sample.
+    #[pyo3(get)]
+    labels: Py<Buffer>,
+    /// int64 position in the submitted batch of each delivered sample.
+    #[pyo3(get)]
+    positions: Py<Buffer>,
+    /// Positions whose UUID has no row.
+    #[pyo3(get)]
+    missing: Vec<usize>,
+    /// (position, reason) of samples that could not be decoded.
+    #[pyo3(get)]
+    corrupt: Vec<(usize, String)>,
+    /// Requests retried after a transient failure.
+    #[pyo3(get)]
+    retries: u32,
+}
+
+struct Assembled {
+    data: Vec<u8>,
+    offsets: Option<Vec<i64>>,
+    labels: Vec<i32>,
+    positions: Vec<i64>,
+    missing: Vec<usize>,
+    corrupt: Vec<(usize, String)>,
+    retries: u32,
+}
+
+type Outcome = Result<Assembled, String>;
+
+struct Shared {
+    client: Arc<Client>,
+    statement: PreparedStatement,
+    window: Semaphore,
+    concurrency: usize,
+    max_retries: u32,
+    decode: Decode,
+    decoders: Option<rayon::ThreadPool>,
+}
+
+/// Reads batches of `data_by_uuid` rows; see the module documentation.
+#[pyclass(module = "ringfeed._native", frozen)]
+pub struct Fetcher {
+    shared: Arc<Shared>,
+    done_tx: mpsc::UnboundedSender<(u64, Outcome)>,
+    done_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<(u64, Outcome)>>,
+    finished: Mutex<HashMap<u64, Outcome>>,
+}
+
+impl Fetcher {
+    pub(crate) fn new(
+        client: Arc<Client>,
+        statement: PreparedStatement,
+        concurrency: u32,
+        max_retries: u32,
+        decode: Decode,
+        decode_threads: usize,
+    ) -> PyResult<Self> {
+        if concurrency == 0 {
+            return Err(PyValueError::new_err("concurrency must be at least 1"));
+        }
+        let decoders = match decode {
+            Decode::Image(_) => Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(decode_threads)
+                    .thread_name(|i| format!("ringfeed-decode-{i}"))
+                    .build()
+                    .map_err(|err| PyRuntimeError::new_err(format!("cannot start decoder threads: {err}")))?,
+            ),
+            _ => None,
+        };
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Ok(Self {
+            shared: Arc::new(Shared {
+                client,
+                statement,
+                window: Semaphore::new(concurrency as usize),
+                concurrency: concurrency as usize,
+                max_retries,
+                decode,
+                decoders,
+            }),
+            done_tx,
+            done_rx: tokio::sync::Mutex::new(done_rx),
+            finished: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn ready(&self, ticket: Option<u64>) -> Option<(u64, Outcome)> {
+        let mut finished = self.finished.lock().expect("no panics while locked");
+        let key = match ticket {
+            Some(ticket) => ticket,
+            None => *finished.keys().next()?,
+        };
+        finished.remove(&key).map(|outcome| (key, outcome))
+    }
+}
+
+#[pymethods]
+impl Fetcher {
+    /// Starts reading the samples whose UUIDs are `uuids` (16 bytes each, concatenated); returns at once.
+    fn submit(&self, ticket: u64, uuids: &Bound<'_, PyBytes>) -> PyResult<()> {
+        let raw = uuids.as_bytes();
+        if raw.len() % 16 != 0 {
+            return Err(PyValueError::new_err("uuids must be 16 bytes each"));
+        }
+        let uuids: Vec<Uuid> = raw
+            .chunks_exact(16)
+            .map(|bytes| Uuid::from_slice(bytes).expect("16 bytes"))
+            .collect();
+        let shared = Arc::clone(&self.shared);
+        let done = self.done_tx.clone();
+        self.shared.client.spawn(async move {
+            let outcome = read_batch(Arc::clone(&shared), uuids).await;
+            // The receiver lives as long as the Fetcher; a dropped Fetcher no longer wants the batch.
+            let _ = done.send((ticket, outcome));
+        });
+        Ok(())
+    }
+
+    /// Waits (without the GIL) for batch `ticket`, or for whichever batch completes first when `ticket` is None.
+    #[pyo3(signature = (ticket = None))]
+    fn take(&self, py: Python<'_>, ticket: Option<u64>) -> PyResult<FetchedBatch> {
+        let (ticket, outcome) = loop {
+            if let Some(found) = self.ready(ticket) {
+                break found;
+            }
+            let received = self
+                .shared
+                .client
+                .block_on(py, async { self.done_rx.lock().await.recv().await })?
+                .expect("the sender lives in self");
+            if ticket.is_none() || ticket == Some(received.0) {
+                break received;
+            }
+            self.finished.lock().expect("no panics while locked").insert(received.0, received.1);
+        };
+        let batch = outcome.map_err(PyRuntimeError::new_err)?;
+        let buffer = |bytes: Vec<u8>| Py::new(py, Buffer { bytes });
+        Ok(FetchedBatch {
+            ticket,
+            data: buffer(batch.data)?,
+            offsets: batch.offsets.map(|offsets| buffer(i64_bytes(&offsets))).transpose()?,
+            labels: buffer(i32_bytes(&batch.labels))?,
+            positions: buffer(i64_bytes(&batch.positions))?,
+            missing: batch.missing,
+            corrupt: batch.corrupt,
+            retries: batch.retries,
+        })
+    }
+}
+
+fn i32_bytes(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|value| value.to_le_bytes()).collect()
+}
+
+fn i64_bytes(values: &[i64]) -> Vec<u8> {
+    values.iter().flat_map(|value| value.to_le_bytes()).collect()
+}
+
+struct Row {
+    label: i32,
+    data: Vec<u8>,
+}
+
+/// Reads every sample of a batch (at most `concurrency` requests in flight across all batches), then decodes.
+async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
+    let reads = futures::stream::iter(uuids.into_iter().enumerate())
+        .map(|(position, uuid)| {
+            let shared = &shared;
+            async move {
+                let _permit = shared.window.acquire().await.expect("never closed");
+                (position, read_row(shared, uuid).await)
+            }
+        })
+        .buffer_unordered(shared.concurrency);
+    let results: Vec<(usize, Result<(Option<Row>, u32), String>)> = reads.collect().await;
+
+    let mut rows: Vec<Option<Row>> = (0..results.len()).map(|_| None).collect();
+    let mut retries = 0;
+    for (position, result) in results {
+        let (row, row_retries) = result?;
+        retries += row_retries;
+        rows[position] = row;
+    }
+    let decoding = Arc::clone(&shared);
+    tokio::task::spawn_blocking(move || assemble(&decoding, rows, retries))
+        .await
+        .map_err(|err| format!("decoding failed: {err}"))
+}
+
+/// One row, retrying transient failures with backoff.
+async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), String> {
+    let mut retries = 0;
+    loop {
+        match shared.client.session.execute_unpaged(&shared.statement, (uuid,)).await {
+            Ok(result) => {
+                let rows = result.into_rows_result().map_err(one_line)?;
+                let row = rows
+                    .maybe_first_row::<(Option<i32>, Option<&[u8]>)>()
+                    .map_err(one_line)?
+                    .map(|(label, data)| Row {
+                        label: label.unwrap_or(-1),
+                        data: data.unwrap_or_default().to_vec(),
+                    });
+                return Ok((row, retries));
+            }
+            Err(err) if is_transient(&err) && retries < shared.max_retries => {
+                retries += 1;
+                tokio::time::sleep(backoff(retries)).await;
+            }
+            Err(err) => {
+                return Err(format!(
+                    "reading sample {uuid} failed after {retries} retries: {}",
+                    one_line(err)
+                ));
+            }
+        }
+    }
+}
+
+fn assemble(shared: &Shared, rows: Vec<Option<Row>>, retries: u32) -> Assembled {
+    let mut missing = Vec::new();
+    let mut present: Vec<(usize, Row)> = Vec::with_capacity(rows.len());
+    for (position, row) in rows.into_iter().enumerate() {
+        match row {
+            Some(row) => present.push((position, row)),
+            None => missing.push(position),
+        }
+    }
+    let mut corrupt = Vec::new();
+    let (data, offsets, kept) = match shared.decode {
+        Decode::Bytes => {
+            let total = present.iter().map(|(_, row)| row.data.len()).sum();
+            let mut data = Vec::with_capacity(total);
+            let mut offsets = Vec::with_capacity(present.len() + 1);
+            for (_, row) in &present {
+                offsets.push(data.len() as i64);
+                data.extend_from_slice(&row.data);
+            }
+            offsets.push(data.len() as i64);
+            (data, Some(offsets), present)
+        }
+        Decode::Raw { item_bytes } => {
+            let (kept, wrong): (Vec<_>, Vec<_>) =
+                present.into_iter().partition(|(_, row)| row.data.len() == item_bytes);
+            for (position, row) in wrong {
+                corrupt.push((position, format!("{} bytes, expected {item_bytes}", row.data.len())));
+            }
+            let mut data = Vec::with_capacity(kept.len() * item_bytes);
+            for (_, row) in &kept {
+                data.extend_from_slice(&row.data);
+            }
+            (data, None, kept)
+        }
+        Decode::Image(shape) => {
+            let item = shape.item_bytes();
+            let mut data = vec![0u8; present.len() * item];
+            let pool = shared.decoders.as_ref().expect("image decoding has a pool");
+            let failures: Vec<Option<String>> = pool.install(|| {
+                data.par_chunks_mut(item)
+                    .zip(present.par_iter())
+                    .map(|(out, (_, row))| decode_image(&row.data, &shape, out).err())
+                    .collect()
+            });
+            // Failed samples leave a hole: compact the good ones to the front, in order.
+            let mut kept = Vec::with_capacity(present.len());
+            let mut write = 0;
+            for (read, ((position, row), failure)) in present.into_iter().zip(failures).enumerate() {
+                match failure {
+                    Some(reason) => corrupt.push((position, reason)),
+                    None => {
+                        if read != write {
+                            data.copy_within(read * item..(read + 1) * item, write * item);
+                        }
+                        write += 1;
+                        kept.push((position, row));
+                    }
+                }
+            }
+            data.truncate(write * item);
+            (data, None, kept)
+        }
+    };
+    Assembled {
+        data,
+        offsets,
+        labels: kept.iter().map(|(_, row)| row.label).collect(),
+        positions: kept.iter().map(|(position, _)| *position as i64).collect(),
+        missing,
+        corrupt,
+        retries,
+    }
+}
+
+/// Decodes a JPEG or PNG into `out` (height × width × channels, uint8), resizing with a bilinear filter; with `crop`
+/// the source is first centre-cropped to the target's aspect ratio (the usual evaluation transform).
+pub(crate) fn decode_image(encoded: &[u8], shape: &ImageShape, out: &mut [u8]) -> Result<(), String> {
+    let decoded = image::load_from_memory(encoded).map_err(|err| format!("cannot decode: {err}"))?;
+    let (source, pixel_type) = match shape.channels {
+        1 => (DynamicImage::ImageLuma8(decoded.into_luma8()), PixelType::U8),
+        _ => (DynamicImage::ImageRgb8(decoded.into_rgb8()), PixelType::U8x3),
+    };
+    if source.width() == shape.width && source.height() == shape.height {
+        out.copy_from_slice(source.as_bytes());
+        return Ok(());
+    }
+    let mut target = ResizeTarget::from_slice_u8(shape.width, shape.height, out, pixel_type)
+        .map_err(|err| format!("cannot resize: {err}"))?;
+    let mut options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
+    if shape.crop {
+        options = options.fit_into_destination(Some((0.5, 0.5)));
+    }
+    Resizer::new()
+        .resize(&source, &mut target, &options)
+        .map_err(|err| format!("cannot resize: {err}"))
+}
+
+/// `decode_image` for Python: the same decoder the loader uses, for baselines and tests.
+#[pyfunction]
+#[pyo3(name = "decode_image", signature = (encoded, height, width, channels = 3, crop = true))]
+pub fn decode_image_py(
+    py: Python<'_>,
+    encoded: &Bound<'_, PyBytes>,
+    height: u32,
+    width: u32,
+    channels: u8,
+    crop: bool,
+) -> PyResult<Buffer> {
+    let shape = image_shape(height, width, channels, crop)?;
+    let encoded = encoded.as_bytes();
+    let mut out = vec![0u8; shape.item_bytes()];
+    py.detach(|| decode_image(encoded, &shape, &mut out)).map_err(PyValueError::new_err)?;
+    Ok(Buffer { bytes: out })
+}
+
+pub(crate) fn image_shape(height: u32, width: u32, channels: u8, crop: bool) -> PyResult<ImageShape> {
+    if height == 0 || width == 0 {
+        return Err(PyValueError::new_err("image height and width must be positive"));
+    }
+    if channels != 1 && channels != 3 {
+        return Err(PyValueError::new_err(format!("channels must be 1 or 3, got {channels}")));
+    }
+    Ok(ImageShape { height, width, channels, crop })
+}

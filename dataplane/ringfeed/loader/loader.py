@@ -1,0 +1,345 @@
+"""The loader: batches of a split part, read by the native fetcher, prefetched, in a deterministic epoch order.
+
+Reads go through ``ringfeed._native.Fetcher`` (Rust, scylla driver): every sample of a batch is a single-partition
+read of ``data_by_uuid``, many in flight, token-aware, at consistency ONE by default; images are decoded and resized
+on a native thread pool; each batch arrives as one contiguous buffer that numpy (and torch) use without a copy.
+The GIL is released while Python waits for a batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import logging
+import os
+import time
+import uuid as uuid_module
+from collections.abc import Iterator
+
+import numpy as np
+
+from ringfeed.connection import ClusterAddress
+from ringfeed.errors import RingfeedError
+from ringfeed.loader.plan import EpochPlan
+
+log = logging.getLogger("ringfeed.loader")
+
+MISSING_POLICIES = ("raise", "skip")
+# UUIDs of skipped samples kept for the report; counts are always exact.
+REPORTED_UUIDS = 100
+STATE_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Decode:
+    """Decode JPEG/PNG samples to uint8 arrays of shape (height, width, channels), resized with a bilinear filter;
+    with ``crop`` the image is first centre-cropped to the target's aspect ratio."""
+
+    height: int
+    width: int
+    channels: int = 3
+    crop: bool = True
+
+    def __post_init__(self):
+        if self.height < 1 or self.width < 1:
+            raise RingfeedError(f"decode size must be positive, got {self.height}x{self.width}")
+        if self.channels not in (1, 3):
+            raise RingfeedError(f"decode channels must be 1 or 3, got {self.channels}")
+
+
+TENSOR = "tensor"  # decode= value for datasets with the raw encoding: arrays of the schema's dtype and shape
+
+
+class Blobs:
+    """Undecoded samples of a batch: one uint8 buffer and int64 offsets (n + 1); ``blobs[i]`` is sample i's bytes."""
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray):
+        self.data = data
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> memoryview:
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        index %= len(self)
+        return memoryview(self.data)[self.offsets[index] : self.offsets[index + 1]]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.offsets[-1])
+
+
+@dataclasses.dataclass
+class LoaderStats:
+    batches: int = 0
+    samples: int = 0
+    bytes: int = 0
+    missing: int = 0
+    corrupt: int = 0
+    retries: int = 0
+    wait_s: float = 0.0
+    missing_uuids: list[str] = dataclasses.field(default_factory=list)
+    corrupt_samples: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderSource:
+    """Everything a loader process needs, picklable: where to read, what to read, and the split's identity."""
+
+    address: ClusterAddress
+    keyspace: str
+    uuids: np.ndarray
+    split: str
+    split_id: str
+    content_hash: str
+    part: str
+    encoding: tuple[str, str | None, tuple[int, ...] | None]
+
+    @classmethod
+    def from_split(cls, dataset: str, split: str, part: str, *, store=None, address: ClusterAddress | None = None,
+                   version: int | None = None) -> LoaderSource:
+        from ringfeed.splits import load_split
+        from ringfeed.store import Store
+
+        own_store = store is None
+        store = store or Store(address)
+        try:
+            schema = store.schema(dataset)
+            stored = load_split(store, dataset, split, version)
+            return cls(address=store.address, keyspace=schema.keyspace, uuids=stored.uuids(part),
+                       split=f"{dataset}/{split} v{stored.version}", split_id=str(stored.split_id),
+                       content_hash=stored.content_hash, part=part,
+                       encoding=(schema.encoding.kind, schema.encoding.dtype, schema.encoding.shape))
+        finally:
+            if own_store:
+                store.close()
+
+
+class Loader:
+    """Iterates over batches ``(x, y)`` (``(x, y, uuids)`` with ``with_uuids``) of one part of a stored split:
+    x is uint8 (n, height, width, channels) with a ``Decode``, the schema's dtype and shape with ``decode='tensor'``,
+    else ``Blobs`` (the stored bytes); y is int64 (n,); uuids is uint8 (n, 16).
+
+    Each ``iter()`` runs the current epoch from the current offset, then moves to the next epoch; ``set_epoch``,
+    ``state_dict`` and ``load_state_dict`` give explicit control (see ``EpochPlan`` for the epoch semantics).
+    Nothing is connected or started before the first batch is asked for.
+    """
+
+    def __init__(self, dataset: str, split: str, part: str = "train", batch_size: int = 64, *,
+                 store=None, address: ClusterAddress | None = None, split_version: int | None = None, **options):
+        source = LoaderSource.from_split(dataset, split, part, store=store, address=address, version=split_version)
+        self._setup(source, batch_size, **options)
+
+    @classmethod
+    def from_source(cls, source: LoaderSource, batch_size: int = 64, **options) -> Loader:
+        loader = cls.__new__(cls)
+        loader._setup(source, batch_size, **options)
+        return loader
+
+    def _setup(self, source: LoaderSource, batch_size: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0,
+               world_size: int = 1, remainder: str = "uneven", decode: Decode | str | None = None,
+               prefetch: int = 2, concurrency: int = 64, decode_threads: int | None = None,
+               consistency: str = "ONE", missing: str = "raise", out_of_order: bool = False,
+               slow_start: bool = False, with_uuids: bool = False, shard: tuple[int, int] = (0, 1),
+               max_retries: int = 8) -> None:
+        if prefetch < 1:
+            raise RingfeedError(f"prefetch must be at least 1, got {prefetch}")
+        if concurrency < 1:
+            raise RingfeedError(f"concurrency must be at least 1, got {concurrency}")
+        if missing not in MISSING_POLICIES:
+            raise RingfeedError(f"unknown missing policy {missing!r} (one of {', '.join(MISSING_POLICIES)})")
+        if not 0 <= shard[0] < shard[1]:
+            raise RingfeedError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
+        kind, dtype, shape = source.encoding
+        if decode == TENSOR and kind != "raw":
+            raise RingfeedError(f"decode='tensor' needs a dataset with the raw encoding; {source.split} is {kind}")
+        if isinstance(decode, Decode) and kind == "raw":
+            raise RingfeedError(f"{source.split} holds raw tensors, not images: use decode='tensor'")
+        if decode not in (None, TENSOR) and not isinstance(decode, Decode):
+            raise RingfeedError(f"decode must be None, 'tensor' or a ringfeed.Decode, got {decode!r}")
+        self.source = source
+        self.plan = EpochPlan(len(source.uuids), batch_size, shuffle, seed, rank, world_size, remainder)
+        self.decode = decode
+        self.prefetch = prefetch
+        self.concurrency = concurrency
+        self.decode_threads = decode_threads or min(8, os.cpu_count() or 1)
+        self.consistency = consistency
+        self.missing = missing
+        self.out_of_order = out_of_order
+        self.slow_start = slow_start
+        self.with_uuids = with_uuids
+        self.shard = shard
+        self.max_retries = max_retries
+        self.stats = LoaderStats()
+        self.epoch = 0
+        self.offset = 0
+        self._skip: frozenset[int] = frozenset()  # batches (counted from offset) delivered ahead, out of order
+        self._tickets = itertools.count()
+        self._fetcher = None
+        self._fetcher_pid = None
+
+    # -- epochs and resume ---------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Batches this loader yields in the rest of the current epoch."""
+        return len(self._batch_numbers())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its beginning at the next iteration."""
+        if epoch < 0:
+            raise RingfeedError(f"epoch must be zero or more, got {epoch}")
+        self.epoch, self.offset, self._skip = epoch, 0, frozenset()
+
+    def state_dict(self) -> dict:
+        """Where this loader stands: resume with ``load_state_dict`` (any world size when nothing was delivered
+        out of order)."""
+        if self.shard[1] > 1:
+            raise RingfeedError("a sharded loader does not keep a position; ringfeed.torch.DataLoader keeps it")
+        return self._state()
+
+    def _state(self) -> dict:
+        return {"version": STATE_VERSION, "epoch": self.epoch, "offset": self.offset, "skip": sorted(self._skip),
+                "split_id": self.source.split_id, "part": self.source.part, "samples": self.plan.samples,
+                "seed": self.plan.seed, "shuffle": self.plan.shuffle, "remainder": self.plan.remainder,
+                "batch_size": self.plan.batch_size, "world_size": self.plan.world_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise RingfeedError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
+        mine = self._state()
+        for key in ("split_id", "part", "samples", "seed", "shuffle", "remainder"):
+            if state[key] != mine[key]:
+                raise RingfeedError(f"loader state is for another run: {key} is {state[key]!r}, "
+                                    f"this loader has {mine[key]!r}")
+        if state["skip"] and (state["world_size"], state["batch_size"]) != (mine["world_size"], mine["batch_size"]):
+            raise RingfeedError("loader state has batches delivered out of order; resume it with the same "
+                                "world_size and batch_size")
+        self.plan.check_offset(state["offset"])
+        self.epoch, self.offset, self._skip = state["epoch"], state["offset"], frozenset(state["skip"])
+
+    def _batch_numbers(self) -> list[int]:
+        """Batches (counted from the offset) this shard yields in the rest of the epoch."""
+        per_rank = -(-len(self.plan.rank_indices(self.epoch, self.offset)) // self.plan.batch_size)
+        index, count = self.shard
+        return [b for b in range(index, per_rank, count) if b not in self._skip]
+
+    # -- iteration -----------------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[tuple]:
+        epoch, start = self.epoch, self.offset
+        indices = self.plan.rank_indices(epoch, start)
+        numbers = collections.deque(self._batch_numbers())
+        delivered = set(self._skip)  # batch numbers counted from `start`
+        fetcher = self._open_fetcher()
+        in_flight: dict[int, tuple[int, np.ndarray]] = {}  # ticket → (batch number, sample indices)
+        order: collections.deque[int] = collections.deque()
+        depth = 1 if self.slow_start else self.prefetch
+
+        def submit() -> None:
+            while numbers and len(in_flight) < depth:
+                number = numbers.popleft()
+                batch = indices[number * self.plan.batch_size : (number + 1) * self.plan.batch_size]
+                ticket = next(self._tickets)
+                fetcher.submit(ticket, self.source.uuids[batch].tobytes())
+                in_flight[ticket] = (number, batch)
+                order.append(ticket)
+
+        submit()
+        try:
+            while in_flight:
+                started = time.perf_counter()
+                fetched = fetcher.take(None if self.out_of_order else order[0])
+                self.stats.wait_s += time.perf_counter() - started
+                order.remove(fetched.ticket)
+                number, batch = in_flight.pop(fetched.ticket)
+                if self.slow_start and depth < self.prefetch:
+                    depth += 1
+                submit()  # keep the window full before handing the batch over
+                result = self._convert(fetched, batch)
+                delivered.add(number)
+                if self.shard[1] == 1:
+                    self._advance(start, delivered)
+                yield result
+        finally:
+            if in_flight:  # abandoned mid-epoch: batches still in flight belong to no one
+                self._fetcher = None
+        self.set_epoch(epoch + 1)
+
+    def _advance(self, start: int, delivered: set[int]) -> None:
+        """Move the offset past the batches delivered without a gap; remember those delivered ahead of one."""
+        done = 0
+        while done in delivered:
+            done += 1
+        self.offset = self.plan.offset_after(start, done)
+        self._skip = frozenset(number - done for number in delivered if number > done)
+
+    def _open_fetcher(self):
+        """The native reader of this process, opened on first use (and again in a forked worker)."""
+        if self._fetcher is None or self._fetcher_pid != os.getpid():
+            from ringfeed import _native
+
+            address = self.source.address
+            try:
+                session = _native.Session(list(address.hosts), address.port, address.username, address.password,
+                                          self.consistency)
+            except ConnectionError as exc:
+                raise RingfeedError(str(exc)) from None
+            kind, dtype, shape = self.source.encoding
+            options = {}
+            if isinstance(self.decode, Decode):
+                options = dict(image_size=(self.decode.height, self.decode.width), channels=self.decode.channels,
+                               crop=self.decode.crop, decode_threads=self.decode_threads)
+            elif self.decode == TENSOR:
+                options = dict(raw_item_bytes=int(np.dtype(dtype).itemsize * np.prod(shape)))
+            self._fetcher = session.fetcher(self.source.keyspace, concurrency=self.concurrency,
+                                            max_retries=self.max_retries, **options)
+            self._fetcher_pid = os.getpid()
+        return self._fetcher
+
+    def _convert(self, fetched, batch: np.ndarray) -> tuple:
+        positions = np.frombuffer(fetched.positions, dtype=np.int64)
+        if fetched.missing:
+            self._report_missing(batch, fetched.missing)
+        if fetched.corrupt:
+            self._report_corrupt(batch, fetched.corrupt)
+        count = len(positions)
+        if isinstance(self.decode, Decode):
+            d = self.decode
+            x = np.frombuffer(fetched.data, dtype=np.uint8).reshape(count, d.height, d.width, d.channels)
+        elif self.decode == TENSOR:
+            _, dtype, shape = self.source.encoding
+            x = np.frombuffer(fetched.data, dtype=np.dtype(dtype)).reshape(count, *shape)
+        else:
+            x = Blobs(np.frombuffer(fetched.data, dtype=np.uint8), np.frombuffer(fetched.offsets, dtype=np.int64))
+        y = np.frombuffer(fetched.labels, dtype=np.int32).astype(np.int64)
+        self.stats.batches += 1
+        self.stats.samples += count
+        self.stats.bytes += len(fetched.data)
+        self.stats.retries += fetched.retries
+        if self.with_uuids:
+            return x, y, self.source.uuids[batch[positions]]
+        return x, y
+
+    def _report_missing(self, batch: np.ndarray, positions: list[int]) -> None:
+        ids = [str(uuid_module.UUID(bytes=self.source.uuids[batch[p]].tobytes())) for p in positions]
+        if self.missing == "raise":
+            raise RingfeedError(
+                f"{len(ids)} sample(s) of {self.source.split} part {self.source.part} have no row in "
+                f"{self.source.keyspace}.data_by_uuid (first: {ids[0]}); was the dataset re-ingested or a node's "
+                "data lost? Pass missing='skip' to skip and count them")
+        self.stats.missing += len(ids)
+        room = REPORTED_UUIDS - len(self.stats.missing_uuids)
+        self.stats.missing_uuids.extend(ids[:room])
+        log.warning("skipped %d missing sample(s) (first: %s); %d so far", len(ids), ids[0], self.stats.missing)
+
+    def _report_corrupt(self, batch: np.ndarray, corrupt: list[tuple[int, str]]) -> None:
+        found = [(str(uuid_module.UUID(bytes=self.source.uuids[batch[p]].tobytes())), reason)
+                 for p, reason in corrupt]
+        self.stats.corrupt += len(found)
+        room = REPORTED_UUIDS - len(self.stats.corrupt_samples)
+        self.stats.corrupt_samples.extend(found[:room])
+        log.warning("skipped %d corrupt sample(s) (first: %s: %s); %d so far", len(found), found[0][0],
+                    found[0][1], self.stats.corrupt)

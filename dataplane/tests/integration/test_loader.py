@@ -1,0 +1,322 @@
+"""The loader against real Cassandra: exactly once per epoch across ranks, resume, decoding, faults, node loss."""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ringfeed import Decode, Loader
+from ringfeed.demo import make_demo_set
+from ringfeed.errors import RingfeedError
+from ringfeed.ingest import ingest
+from ringfeed.loader import Blobs, LoaderSource
+from ringfeed.schema import Column, DatasetSchema, Encoding
+from ringfeed.splits import SplitSpec, create_split, load_split
+from ringfeed.store import Store
+
+
+def all_uuids(batches) -> list[bytes]:
+    return [u.tobytes() for batch in batches for u in batch[2]]
+
+
+@pytest.fixture(scope="module")
+def module_store(cassandra_node):
+    with Store(cassandra_node.address) as store:
+        yield store
+
+
+@pytest.fixture(scope="module")
+def slides(module_store, tmp_path_factory):
+    """The demo slide set (JPEG patches), ingested, with a 7:2:1 split by patient; name and stored bytes by UUID."""
+    name = "loader_slides"
+    store = module_store
+    if name in {d.schema.name for d in store.datasets()}:  # left by an earlier run with RINGFEED_TEST_KEEP=1
+        store.drop_dataset(name)
+    demo = make_demo_set(tmp_path_factory.mktemp("slides"), patients=8)
+    store.create_dataset(DatasetSchema(
+        name, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
+        Encoding("jpeg"), metadata=(Column("scanner", "text"),), label_names=("normal", "tumor")))
+    ingest(store, name, str(demo.manifest))
+    create_split(store, name, "by-patient", SplitSpec(ratios=(7, 2, 1), group_by=("patient_id",), seed=1))
+    stored = {u: (label, data) for u, label, data in store.session.execute(f"SELECT uuid, label, data FROM {name}.data_by_uuid")}
+    return name, stored
+
+
+@pytest.fixture(scope="module")
+def tensors(module_store, tmp_path_factory):
+    """A raw-tensor dataset: 300 float32 (2, 3) arrays whose values encode their index; a 2:1 split."""
+    name = "loader_tensors"
+    store = module_store
+    root = tmp_path_factory.mktemp("tensors")
+    rows = []
+    for i in range(300):
+        (root / f"{i}.bin").write_bytes((np.arange(6, dtype=np.float32) + i * 10).tobytes())
+        rows.append({"path": f"{i}.bin", "item": i, "label": i % 4})
+    with open(root / "manifest.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, ["path", "item", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+    if name in {d.schema.name for d in store.datasets()}:
+        store.drop_dataset(name)
+    store.create_dataset(DatasetSchema(name, (Column("item", "int"),), Encoding("raw", "float32", (2, 3))))
+    ingest(store, name, str(root / "manifest.csv"))
+    create_split(store, name, "halves", SplitSpec(ratios=(2, 1), names=("train", "test"), seed=3))
+    return name
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 8])
+def test_every_sample_exactly_once_per_epoch_across_ranks(module_store, slides, world_size):
+    name, stored = slides
+    split = load_split(module_store, name, "by-patient")
+    expected = sorted(u.tobytes() for u in split.uuids("train"))
+    ranks = [Loader(name, "by-patient", "train", 16, store=module_store, rank=r, world_size=world_size, seed=5,
+                    with_uuids=True) for r in range(world_size)]
+    for epoch in range(2):
+        delivered = []
+        for loader in ranks:
+            batches = list(loader)
+            delivered += all_uuids(batches)
+            for x, y, uuids in batches:
+                assert isinstance(x, Blobs) and len(x) == len(y) == len(uuids)
+                for blob, label, u in zip(x, y, uuids):
+                    assert (int(label), bytes(blob)) == stored[uuid.UUID(bytes=u.tobytes())]
+            assert loader.epoch == epoch + 1 and loader.offset == 0
+        assert sorted(delivered) == expected, f"epoch {epoch}"
+
+
+def test_global_order_is_the_same_for_any_world_size_and_differs_per_epoch(module_store, slides):
+    name, _ = slides
+    orders = {}
+    for world_size in (1, 2, 3):
+        streams = [all_uuids(Loader(name, "by-patient", "train", 8, store=module_store, rank=r,
+                                    world_size=world_size, seed=9, with_uuids=True)) for r in range(world_size)]
+        merged = [None] * sum(len(s) for s in streams)
+        for rank, stream in enumerate(streams):
+            merged[rank::world_size] = stream
+        orders[world_size] = merged
+    assert orders[1] == orders[2] == orders[3]
+    loader = Loader(name, "by-patient", "train", 8, store=module_store, seed=9, with_uuids=True)
+    first, second = all_uuids(loader), all_uuids(loader)
+    assert first == orders[1] and first != second and sorted(first) == sorted(second)
+
+
+@pytest.mark.parametrize("out_of_order", [False, True])
+def test_resume_at_random_offsets_yields_the_identical_remainder(module_store, slides, out_of_order):
+    name, _ = slides
+    rng = random.Random(11)
+    options = dict(store=module_store, seed=2, with_uuids=True, world_size=2, rank=1, out_of_order=out_of_order,
+                   prefetch=4)
+    full = all_uuids(Loader(name, "by-patient", "train", 8, **options))
+    for _ in range(4):
+        stop = rng.randrange(1, len(full) // 8)
+        loader = Loader(name, "by-patient", "train", 8, **options)
+        head = []
+        for batch in loader:
+            head += all_uuids([batch])
+            if len(head) >= stop * 8:
+                break
+        state = loader.state_dict()
+        resumed = Loader(name, "by-patient", "train", 8, **options)
+        resumed.load_state_dict(state)
+        tail = all_uuids(resumed)
+        assert sorted(head + tail) == sorted(full) and not set(head) & set(tail)
+        if not out_of_order:
+            assert head + tail == full
+
+
+def test_elastic_resume_with_another_world_size(module_store, slides):
+    name, _ = slides
+    split_uuids = sorted(u.tobytes() for u in load_split(module_store, name, "by-patient").uuids("train"))
+    before = [Loader(name, "by-patient", "train", 8, store=module_store, rank=r, world_size=2, with_uuids=True)
+              for r in range(2)]
+    read = []
+    for loader in before:  # three batches on each rank, in lockstep
+        iterator = iter(loader)
+        read += all_uuids([next(iterator) for _ in range(3)])
+    state = before[0].state_dict()
+    assert state["offset"] == 3 * 8 * 2 == before[1].state_dict()["offset"]
+    after = [Loader(name, "by-patient", "train", 8, store=module_store, rank=r, world_size=3, with_uuids=True)
+             for r in range(3)]
+    for loader in after:
+        loader.load_state_dict(state)
+        read += all_uuids(loader)
+    assert sorted(read) == split_uuids
+
+
+def test_decoded_images_match_an_independent_decoder(module_store, slides):
+    name, stored = slides
+    loader = Loader(name, "by-patient", "val", 32, store=module_store, decode=Decode(96, 96), with_uuids=True)
+    x, y, uuids = next(iter(loader))
+    assert x.shape == (32, 96, 96, 3) and x.dtype == np.uint8 and x.flags.c_contiguous
+    for image, label, u in zip(x[:8], y, uuids):
+        stored_label, data = stored[uuid.UUID(bytes=u.tobytes())]
+        # The demo patches are 96×96: no resize, so only the JPEG decoders' rounding may differ.
+        reference = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        assert label == stored_label
+        assert np.abs(image.astype(int) - reference).mean() < 1.5
+    gray = Loader(name, "by-patient", "val", 4, store=module_store, decode=Decode(48, 64, channels=1), shuffle=False)
+    x, _ = next(iter(gray))
+    assert x.shape == (4, 48, 64, 1)
+
+
+def test_decoded_images_are_resized_with_a_centre_crop():
+    from ringfeed import _native
+
+    # 200×100 PNG: left half black, right half white → a centre crop to a square keeps the middle 100×100.
+    pixels = np.zeros((100, 200, 3), dtype=np.uint8)
+    pixels[:, 100:] = 255
+    encoded = io.BytesIO()
+    Image.fromarray(pixels).save(encoded, format="PNG")
+    cropped = np.frombuffer(_native.decode_image(encoded.getvalue(), 50, 50), np.uint8).reshape(50, 50, 3)
+    assert cropped[:, :20].max() == 0 and cropped[:, 30:].min() == 255
+    stretched = np.frombuffer(_native.decode_image(encoded.getvalue(), 50, 50, crop=False), np.uint8).reshape(50, 50, 3)
+    assert stretched[:, :20].max() == 0 and stretched[:, 30:].min() == 255
+    same = np.frombuffer(_native.decode_image(encoded.getvalue(), 100, 200), np.uint8).reshape(100, 200, 3)
+    assert np.array_equal(same, pixels)
+    with pytest.raises(ValueError, match="cannot decode"):
+        _native.decode_image(b"not an image", 10, 10)
+
+
+def test_raw_tensors_come_back_exact(module_store, tensors):
+    loader = Loader(tensors, "halves", "train", 64, store=module_store, decode="tensor", with_uuids=True)
+    seen = 0
+    for x, y, _ in loader:
+        assert x.dtype == np.float32 and x.shape[1:] == (2, 3)
+        index = (x[:, 0, 0] / 10).astype(int)
+        assert np.array_equal(x, (np.arange(6, dtype=np.float32) + index[:, None] * 10).reshape(-1, 2, 3))
+        assert np.array_equal(y, index % 4)
+        seen += len(x)
+    assert seen == 200
+
+
+def test_corrupt_samples_are_counted_and_reported_never_fatal(module_store, tensors, slides):
+    name, _ = slides
+    source = LoaderSource.from_split(name, "by-patient", "test", store=module_store)
+    victims = [uuid.UUID(bytes=source.uuids[i].tobytes()) for i in (0, 5)]
+    original = {v: module_store.session.execute(f"SELECT label, data FROM {name}.data_by_uuid WHERE uuid = %s",
+                                                (v,)).one() for v in victims}
+    try:
+        for v in victims:  # bit rot after ingest: truncated JPEG, then garbage
+            module_store.session.execute(f"UPDATE {name}.data_by_uuid SET data = %s WHERE uuid = %s",
+                                         (original[v][1][:100] if v == victims[0] else b"garbage", v))
+        loader = Loader.from_source(source, 16, decode=Decode(32, 32), with_uuids=True)
+        delivered = all_uuids(list(loader))
+        assert len(delivered) == len(source.uuids) - 2
+        assert loader.stats.corrupt == 2
+        assert {u for u, _ in loader.stats.corrupt_samples} == {str(v) for v in victims}
+        assert all("cannot decode" in reason for _, reason in loader.stats.corrupt_samples)
+        assert not {v.bytes for v in victims} & set(delivered)
+    finally:
+        for v in victims:
+            module_store.session.execute(f"UPDATE {name}.data_by_uuid SET data = %s WHERE uuid = %s",
+                                         (original[v][1], v))
+
+    # A raw tensor of the wrong size is corrupt too.
+    source = LoaderSource.from_split(tensors, "halves", "test", store=module_store)
+    victim = uuid.UUID(bytes=source.uuids[3].tobytes())
+    data = module_store.session.execute(f"SELECT data FROM {tensors}.data_by_uuid WHERE uuid = %s", (victim,)).one()[0]
+    module_store.session.execute(f"UPDATE {tensors}.data_by_uuid SET data = %s WHERE uuid = %s", (data[:8], victim))
+    try:
+        loader = Loader.from_source(source, 50, decode="tensor")
+        assert sum(len(x) for x, _ in loader) == 99
+        assert loader.stats.corrupt_samples == [(str(victim), "8 bytes, expected 24")]
+    finally:
+        module_store.session.execute(f"UPDATE {tensors}.data_by_uuid SET data = %s WHERE uuid = %s", (data, victim))
+
+
+def test_missing_samples_raise_or_are_skipped_and_counted(module_store, slides):
+    name, _ = slides
+    source = LoaderSource.from_split(name, "by-patient", "test", store=module_store)
+    ghost = uuid.uuid4()
+    uuids = np.concatenate([source.uuids, np.frombuffer(ghost.bytes, np.uint8).reshape(1, 16)])
+    with_ghost = LoaderSource(**{**source.__dict__, "uuids": uuids})
+    with pytest.raises(RingfeedError) as error:
+        list(Loader.from_source(with_ghost, 16))
+    assert str(error.value).startswith(f"1 sample(s) of {source.split} part test have no row in "
+                                       f"{name}.data_by_uuid (first: {ghost})")
+    assert "missing='skip'" in str(error.value)
+    loader = Loader.from_source(with_ghost, 16, missing="skip")
+    assert sum(len(y) for _, y in loader) == len(source.uuids)
+    assert loader.stats.missing == 1 and loader.stats.missing_uuids == [str(ghost)]
+
+
+def test_out_of_order_and_slow_start_deliver_the_same_samples(module_store, slides):
+    name, _ = slides
+    reference = sorted(all_uuids(Loader(name, "by-patient", "train", 8, store=module_store, with_uuids=True)))
+    for options in (dict(out_of_order=True, prefetch=6), dict(slow_start=True, prefetch=8),
+                    dict(out_of_order=True, slow_start=True, prefetch=4, concurrency=3)):
+        loader = Loader(name, "by-patient", "train", 8, store=module_store, with_uuids=True, **options)
+        assert sorted(all_uuids(loader)) == reference, options
+
+
+def test_pad_and_drop_policies(module_store, slides):
+    name, _ = slides
+    n = len(load_split(module_store, name, "by-patient").uuids("val"))
+    w = 3 if n % 3 else 4
+    assert n % w
+    padded = [sum(len(y) for _, y in Loader(name, "by-patient", "val", 7, store=module_store, rank=r, world_size=w,
+                                               remainder="pad")) for r in range(w)]
+    dropped = [sum(len(y) for _, y in Loader(name, "by-patient", "val", 7, store=module_store, rank=r, world_size=w,
+                                                remainder="drop")) for r in range(w)]
+    assert set(padded) == {-(-n // w)} and set(dropped) == {n // w}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(prefetch=0), "prefetch must be at least 1, got 0"),
+    (dict(concurrency=0), "concurrency must be at least 1, got 0"),
+    (dict(missing="ignore"), "unknown missing policy 'ignore' (one of raise, skip)"),
+    (dict(decode="tensor"), "decode='tensor' needs a dataset with the raw encoding"),
+    (dict(decode="jpeg"), "decode must be None, 'tensor' or a ringfeed.Decode, got 'jpeg'"),
+    (dict(rank=3, world_size=2), "rank must be in [0, 2), got 3"),
+])
+def test_bad_options_are_refused_with_a_clear_message(module_store, slides, kwargs, message):
+    name, _ = slides
+    with pytest.raises(RingfeedError) as error:
+        Loader(name, "by-patient", "train", 8, store=module_store, **kwargs)
+    assert message in str(error.value)
+
+
+def test_state_from_another_split_is_refused(module_store, slides, tensors):
+    name, _ = slides
+    state = Loader(tensors, "halves", "train", 8, store=module_store).state_dict()
+    with pytest.raises(RingfeedError, match="loader state is for another run: split_id is"):
+        Loader(name, "by-patient", "train", 8, store=module_store).load_state_dict(state)
+
+
+def test_a_node_killed_mid_epoch_loses_and_duplicates_nothing(cassandra_ring, tmp_path):
+    """3 nodes, RF 2, consistency ONE: a node dies after a few batches; every sample still comes exactly once."""
+    name = "loader_ring"
+    with Store(cassandra_ring.address) as store:
+        if name in {d.schema.name for d in store.datasets()}:
+            store.drop_dataset(name)
+        demo = make_demo_set(tmp_path, patients=6)
+        store.create_dataset(DatasetSchema(
+            name, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
+            Encoding("jpeg"), metadata=(Column("scanner", "text"),), replication_factor=2))
+        ingest(store, name, str(demo.manifest))
+        create_split(store, name, "all", SplitSpec(ratios=(1,), names=("train",), seed=0))
+        expected = sorted(u.tobytes() for u in load_split(store, name, "all").uuids("train"))
+        source = LoaderSource.from_split(name, "all", "train", store=store)
+    loader = Loader.from_source(source, 8, with_uuids=True, prefetch=4, concurrency=16)
+    delivered = []
+    killed = False
+    try:
+        for batch in loader:
+            delivered += all_uuids([batch])
+            if len(delivered) >= 40 and not killed:
+                cassandra_ring.kill(2)
+                killed = True
+        assert killed
+        assert sorted(delivered) == expected
+        assert len(delivered) == len(set(delivered))
+        # A second epoch with the node still down reads from the surviving replicas.
+        assert sorted(all_uuids(loader)) == expected
+    finally:
+        cassandra_ring.restart(2)

@@ -1,0 +1,113 @@
+"""ringfeed.torch with the real torch DataLoader (0 and 2 worker processes) against a real node."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ringfeed import Decode
+from ringfeed.demo import make_demo_set
+from ringfeed.errors import RingfeedError
+from ringfeed.ingest import ingest
+from ringfeed.schema import Column, DatasetSchema, Encoding
+from ringfeed.splits import SplitSpec, create_split, load_split
+from ringfeed.store import Store
+from ringfeed.torch import DataLoader, RingfeedDataset
+
+NAME = "torch_slides"
+
+
+@pytest.fixture(scope="module")
+def torch_store(cassandra_node, tmp_path_factory):
+    with Store(cassandra_node.address) as store:
+        if NAME in {d.schema.name for d in store.datasets()}:
+            store.drop_dataset(NAME)
+        demo = make_demo_set(tmp_path_factory.mktemp("torch"), patients=6)
+        store.create_dataset(DatasetSchema(
+            NAME, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
+            Encoding("jpeg"), metadata=(Column("scanner", "text"),)))
+        ingest(store, NAME, str(demo.manifest))
+        create_split(store, NAME, "s", SplitSpec(ratios=(3, 1), names=("train", "val"), group_by=("patient_id",)))
+        yield store
+
+
+def split_uuids(store) -> list[bytes]:
+    return sorted(u.tobytes() for u in load_split(store, NAME, "s").uuids("train"))
+
+
+def uuids_of(batches) -> list[bytes]:
+    return [bytes(u.numpy().tobytes()) for batch in batches for u in batch[2]]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_delivers_each_sample_once_as_tensors(torch_store, workers):
+    data = RingfeedDataset(NAME, "s", "train", 16, store=torch_store, decode=Decode(64, 64), with_uuids=True,
+                           seed=4)
+    loader = DataLoader(data, num_workers=workers)
+    expected_batches = len(loader)
+    batches = list(loader)
+    assert len(batches) == expected_batches == -(-len(split_uuids(torch_store)) // 16)
+    x, y, uuids = batches[0]
+    assert isinstance(x, torch.Tensor) and x.dtype == torch.uint8 and x.shape == (16, 64, 64, 3)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.int64
+    assert sorted(uuids_of(batches)) == split_uuids(torch_store)
+    assert data.epoch == 1  # the DataLoader moved the dataset to the next epoch
+
+
+def test_workers_keep_the_single_process_order(torch_store):
+    orders = []
+    for workers in (0, 2, 3):
+        data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store, with_uuids=True, seed=6)
+        orders.append(uuids_of(DataLoader(data, num_workers=workers)))
+    assert orders[0] == orders[1] == orders[2]
+
+
+def test_ranks_times_workers_cover_the_split_once(torch_store):
+    delivered = []
+    for rank in range(2):
+        data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store, rank=rank, world_size=2, with_uuids=True)
+        delivered += uuids_of(DataLoader(data, num_workers=2))
+    assert sorted(delivered) == split_uuids(torch_store)
+
+
+def test_mid_epoch_state_dict_resumes_with_the_remainder(torch_store):
+    data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store, with_uuids=True, seed=3)
+    full = uuids_of(DataLoader(data, num_workers=2))
+    data.set_epoch(0)
+    loader = DataLoader(data, num_workers=2)
+    head = []
+    for batch in loader:
+        head += uuids_of([batch])
+        if len(head) == 40:
+            break
+    state = loader.state_dict()
+    assert state["offset"] == 40 and state["epoch"] == 0
+
+    resumed_data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store, with_uuids=True, seed=3)
+    resumed = DataLoader(resumed_data, num_workers=2)
+    resumed.load_state_dict(state)
+    assert len(resumed) == -(-(len(full) - 40) // 8)
+    assert head + uuids_of(resumed) == full
+
+
+def test_batches_are_views_of_the_native_buffer_and_writable(torch_store):
+    from ringfeed import _native
+
+    data = RingfeedDataset(NAME, "s", "val", 4, store=torch_store, decode=Decode(32, 32))
+    x, _ = next(iter(data))
+    owner = x
+    while isinstance(owner, np.ndarray):
+        owner = owner.base
+    assert isinstance(owner, _native.Buffer) and x.flags.writeable  # no copy between Rust and numpy
+    tensor = torch.from_numpy(x)  # no copy to torch either
+    tensor[0, 0, 0, 0] = 7
+    assert x[0, 0, 0, 0] == 7
+
+
+def test_persistent_workers_and_shard_are_refused(torch_store):
+    data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store)
+    with pytest.raises(RingfeedError, match="persistent_workers"):
+        DataLoader(data, num_workers=1, persistent_workers=True)
+    with pytest.raises(RingfeedError, match="shard is set per DataLoader worker"):
+        RingfeedDataset(NAME, "s", "train", 8, store=torch_store, shard=(0, 2))
