@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use fast_image_resize::images::Image as ResizeTarget;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use futures::StreamExt;
@@ -250,7 +251,8 @@ fn i64_bytes(values: &[i64]) -> Vec<u8> {
 
 struct Row {
     label: i32,
-    data: Vec<u8>,
+    /// A view into the response frame: the sample's bytes are copied once, into the batch.
+    data: Bytes,
 }
 
 /// Reads every sample of a batch (at most `concurrency` requests in flight across all batches), then decodes.
@@ -287,11 +289,11 @@ async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), Str
             Ok(result) => {
                 let rows = result.into_rows_result().map_err(one_line)?;
                 let row = rows
-                    .maybe_first_row::<(Option<i32>, Option<&[u8]>)>()
+                    .maybe_first_row::<(Option<i32>, Option<Bytes>)>()
                     .map_err(one_line)?
                     .map(|(label, data)| Row {
                         label: label.unwrap_or(-1),
-                        data: data.unwrap_or_default().to_vec(),
+                        data: data.unwrap_or_default(),
                     });
                 return Ok((row, retries));
             }

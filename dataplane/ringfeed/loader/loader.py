@@ -181,6 +181,16 @@ class Loader:
         self._fetcher = None
         self._fetcher_pid = None
 
+    @property
+    def window_batches(self) -> int:
+        """Batches kept in flight: `prefetch`, or more when batches are too small to fill the request window."""
+        return max(self.prefetch, -(-self.concurrency // self.plan.batch_size))
+
+    def open(self) -> Loader:
+        """Connect now rather than at the first batch (to fail early, or to keep set-up out of a measurement)."""
+        self._open_fetcher()
+        return self
+
     # -- epochs and resume ---------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -236,7 +246,7 @@ class Loader:
         fetcher = self._open_fetcher()
         in_flight: dict[int, tuple[int, np.ndarray]] = {}  # ticket → (batch number, sample indices)
         order: collections.deque[int] = collections.deque()
-        depth = 1 if self.slow_start else self.prefetch
+        depth = 1 if self.slow_start else self.window_batches
 
         def submit() -> None:
             while numbers and len(in_flight) < depth:
@@ -255,7 +265,7 @@ class Loader:
                 self.stats.wait_s += time.perf_counter() - started
                 order.remove(fetched.ticket)
                 number, batch = in_flight.pop(fetched.ticket)
-                if self.slow_start and depth < self.prefetch:
+                if depth < self.window_batches:  # slow start: one more batch in flight per batch delivered
                     depth += 1
                 submit()  # keep the window full before handing the batch over
                 result = self._convert(fetched, batch)
@@ -287,7 +297,7 @@ class Loader:
                                           self.consistency)
             except ConnectionError as exc:
                 raise RingfeedError(str(exc)) from None
-            kind, dtype, shape = self.source.encoding
+            _, dtype, shape = self.source.encoding
             options = {}
             if isinstance(self.decode, Decode):
                 options = dict(image_size=(self.decode.height, self.decode.width), channels=self.decode.channels,

@@ -111,3 +111,42 @@ def test_persistent_workers_and_shard_are_refused(torch_store):
         DataLoader(data, num_workers=1, persistent_workers=True)
     with pytest.raises(RingfeedError, match="shard is set per DataLoader worker"):
         RingfeedDataset(NAME, "s", "train", 8, store=torch_store, shard=(0, 2))
+
+
+def _ddp_rank(rank: int, world_size: int, port: int, hosts: list[str], out: str) -> None:
+    """One DDP process: rank and world size come from torch.distributed, not from arguments."""
+    import torch.distributed as dist
+
+    from ringfeed.connection import ClusterAddress
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        data = RingfeedDataset(NAME, "s", "train", 8, address=ClusterAddress(tuple(hosts)), with_uuids=True,
+                               remainder="pad")
+        batches = list(DataLoader(data, num_workers=1))
+        counts = [torch.zeros(1)]
+        counts[0][0] = len(batches)
+        gathered = [torch.zeros(1) for _ in range(world_size)]
+        dist.all_gather(gathered, counts[0])  # pad gives every rank the same number of steps
+        with open(f"{out}.{rank}", "wb") as f:
+            f.write(b"".join(uuids_of(batches)))
+            assert len({int(c.item()) for c in gathered}) == 1
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_ranks_from_torch_distributed(torch_store, cassandra_node, tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = str(tmp_path / "uuids")
+    mp.spawn(_ddp_rank, args=(2, port, list(cassandra_node.hosts), out), nprocs=2, join=True)
+    delivered = [(tmp_path / f"uuids.{r}").read_bytes() for r in range(2)]
+    assert len(delivered[0]) == len(delivered[1])  # padded to equal counts
+    ids = [blob[i:i + 16] for blob in delivered for i in range(0, len(blob), 16)]
+    expected = split_uuids(torch_store)
+    assert set(ids) == set(expected) and len(ids) == len(expected) + len(expected) % 2
