@@ -104,7 +104,8 @@ class Session:
 
 class Buffer:
     """Bytes owned by Rust, seen by Python through the buffer protocol: ``numpy.frombuffer(buf, dtype)`` does not
-    copy. Writable, so ``torch.from_numpy`` accepts the array."""
+    copy. Writable, so ``torch.from_numpy`` accepts the array. A batch's buffer returns to its fetcher's pool (for
+    the next batch) once no array refers to it."""
 
     def __len__(self) -> int: ...
 
@@ -114,8 +115,8 @@ class FetchedBatch:
     ticket: int
     data: Buffer
     """Decoded samples (fixed size each) or, without decoding, the stored bytes concatenated."""
-    offsets: Buffer | None
-    """int64 start of each sample in ``data`` plus the end; only without decoding."""
+    spans: Buffer | None
+    """int64 (start, end) of each sample in ``data``; only without decoding (samples are appended as they arrive)."""
     labels: Buffer
     """int32 label per delivered sample."""
     positions: Buffer

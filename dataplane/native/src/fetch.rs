@@ -6,23 +6,27 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use fast_image_resize::images::Image as ResizeTarget;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use image::DynamicImage;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3::{PyErr, ffi};
-use rayon::prelude::*;
 use scylla::statement::prepared::PreparedStatement;
 use tokio::sync::{Semaphore, mpsc};
 use uuid::Uuid;
 
 use crate::retry::{backoff, is_transient};
+
+/// Released batch buffers kept per fetcher for reuse.
+const POOLED_BUFFERS: usize = 4;
 use crate::session::{Client, one_line};
 
 /// How a sample's bytes become the batch's `data`.
@@ -50,10 +54,26 @@ impl ImageShape {
     }
 }
 
-/// An owned byte buffer that Python sees through the buffer protocol (zero-copy `numpy.frombuffer`).
+/// An owned byte buffer that Python sees through the buffer protocol (zero-copy `numpy.frombuffer`). A batch's
+/// buffer goes back to its fetcher's pool when Python lets go of it.
 #[pyclass(module = "ringfeed._native", frozen)]
 pub struct Buffer {
     bytes: Vec<u8>,
+    pool: Option<Arc<BufferPool>>,
+}
+
+impl Buffer {
+    fn new(bytes: Vec<u8>) -> Self {
+        Self { bytes, pool: None }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.give(std::mem::take(&mut self.bytes));
+        }
+    }
 }
 
 #[pymethods]
@@ -79,6 +99,49 @@ impl Buffer {
     }
 }
 
+/// Batch buffers for reuse. A fresh buffer costs a page fault per 4 kB on first touch — more than copying the
+/// samples into it — so buffers that Python has released are handed out again.
+struct BufferPool {
+    free: Mutex<Vec<Vec<u8>>>,
+    keep: usize,
+}
+
+impl BufferPool {
+    /// A buffer of `len` initialised bytes (their values are stale).
+    fn take_filled(&self, len: usize) -> Vec<u8> {
+        let mut buffer = self.take(len);
+        if buffer.len() >= len {
+            buffer.truncate(len);
+        } else {
+            buffer.resize(len, 0);
+        }
+        buffer
+    }
+
+    /// An empty buffer with room for `capacity` bytes.
+    fn take_empty(&self, capacity: usize) -> Vec<u8> {
+        let mut buffer = self.take(capacity);
+        buffer.clear();
+        buffer.reserve(capacity);
+        buffer
+    }
+
+    fn take(&self, capacity: usize) -> Vec<u8> {
+        let mut free = self.free.lock().expect("no panics while locked");
+        match free.iter().position(|buffer| buffer.capacity() >= capacity) {
+            Some(index) => free.swap_remove(index),
+            None => Vec::new(),
+        }
+    }
+
+    fn give(&self, buffer: Vec<u8>) {
+        let mut free = self.free.lock().expect("no panics while locked");
+        if free.len() < self.keep && buffer.capacity() > 0 {
+            free.push(buffer);
+        }
+    }
+}
+
 /// One batch as it comes back: samples in submission order, minus missing and corrupt ones.
 #[pyclass(module = "ringfeed._native", frozen)]
 pub struct FetchedBatch {
@@ -87,9 +150,9 @@ pub struct FetchedBatch {
     /// Decoded pixels / raw tensors (fixed size per sample) or the stored bytes concatenated.
     #[pyo3(get)]
     data: Py<Buffer>,
-    /// int64 start of each delivered sample in `data`, plus the end (only when not decoding).
+    /// int64 (start, end) in `data` of each delivered sample (only when not decoding).
     #[pyo3(get)]
-    offsets: Option<Py<Buffer>>,
+    spans: Option<Py<Buffer>>,
     /// int32 label of each delivered sample.
     #[pyo3(get)]
     labels: Py<Buffer>,
@@ -109,7 +172,7 @@ pub struct FetchedBatch {
 
 struct Assembled {
     data: Vec<u8>,
-    offsets: Option<Vec<i64>>,
+    spans: Option<Vec<i64>>,
     labels: Vec<i32>,
     positions: Vec<i64>,
     missing: Vec<usize>,
@@ -127,6 +190,9 @@ struct Shared {
     max_retries: u32,
     decode: Decode,
     decoders: Option<rayon::ThreadPool>,
+    pool: Arc<BufferPool>,
+    /// Bytes per sample of the last batch read without decoding: sizes the next batch's buffer.
+    sample_bytes: AtomicUsize,
 }
 
 /// Reads batches of `data_by_uuid` rows; see the module documentation.
@@ -170,6 +236,8 @@ impl Fetcher {
                 max_retries,
                 decode,
                 decoders,
+                pool: Arc::new(BufferPool { free: Mutex::new(Vec::new()), keep: POOLED_BUFFERS }),
+                sample_bytes: AtomicUsize::new(0),
             }),
             done_tx,
             done_rx: tokio::sync::Mutex::new(done_rx),
@@ -202,7 +270,10 @@ impl Fetcher {
         let shared = Arc::clone(&self.shared);
         let done = self.done_tx.clone();
         self.shared.client.spawn(async move {
-            let outcome = read_batch(Arc::clone(&shared), uuids).await;
+            let outcome = AssertUnwindSafe(read_batch(Arc::clone(&shared), uuids))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err("internal error while reading a batch (see stderr)".to_owned()));
             // The receiver lives as long as the Fetcher; a dropped Fetcher no longer wants the batch.
             let _ = done.send((ticket, outcome));
         });
@@ -227,11 +298,12 @@ impl Fetcher {
             self.finished.lock().expect("no panics while locked").insert(received.0, received.1);
         };
         let batch = outcome.map_err(PyRuntimeError::new_err)?;
-        let buffer = |bytes: Vec<u8>| Py::new(py, Buffer { bytes });
+        let buffer = |bytes: Vec<u8>| Py::new(py, Buffer::new(bytes));
+        let data = Buffer { bytes: batch.data, pool: Some(Arc::clone(&self.shared.pool)) };
         Ok(FetchedBatch {
             ticket,
-            data: buffer(batch.data)?,
-            offsets: batch.offsets.map(|offsets| buffer(i64_bytes(&offsets))).transpose()?,
+            data: Py::new(py, data)?,
+            spans: batch.spans.map(|spans| buffer(i64_bytes(&spans))).transpose()?,
             labels: buffer(i32_bytes(&batch.labels))?,
             positions: buffer(i64_bytes(&batch.positions))?,
             missing: batch.missing,
@@ -255,9 +327,67 @@ struct Row {
     data: Bytes,
 }
 
-/// Reads every sample of a batch (at most `concurrency` requests in flight across all batches), then decodes.
+/// Where arriving samples go: fixed-size slots by position (decoded images, raw tensors), or appended in arrival
+/// order with a (start, end) span per position (stored bytes). Each sample is copied (or decoded) once, as soon as
+/// it arrives, so its response frame is freed at once and the batch buffer is the only large allocation.
+enum Target {
+    Slots(Arc<Slots>),
+    Appended { data: Vec<u8>, spans: Vec<(i64, i64)> },
+}
+
+/// A batch buffer written concurrently, one slot per sample. Decoder threads hold an `Arc` while they write, so
+/// the buffer outlives every writer even if the batch is abandoned.
+struct Slots {
+    data: std::cell::UnsafeCell<Vec<u8>>,
+    item: usize,
+}
+
+// Safety: each slot is written by exactly one writer (one sample per position), and the buffer is read only after
+// all writers are done (`into_inner` needs the last reference).
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    /// Safety: no other reference to slot `position` may exist while the returned one lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slot(&self, position: usize) -> &mut [u8] {
+        let data = unsafe { &mut *self.data.get() };
+        let start = position * self.item;
+        unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr().add(start), self.item) }
+    }
+
+    fn into_inner(self: Arc<Self>) -> Vec<u8> {
+        match Arc::try_unwrap(self) {
+            Ok(slots) => slots.data.into_inner(),
+            Err(_) => unreachable!("every writer has finished"),
+        }
+    }
+}
+
+/// Reads every sample of a batch (at most `concurrency` requests in flight across all batches) and copies or
+/// decodes each one as it arrives.
 async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
-    let reads = futures::stream::iter(uuids.into_iter().enumerate())
+    let count = uuids.len();
+    let mut target = match shared.decode {
+        Decode::Bytes => {
+            let estimate = shared.sample_bytes.load(Ordering::Relaxed).max(1024) * count * 5 / 4;
+            Target::Appended { data: shared.pool.take_empty(estimate), spans: vec![(0, 0); count] }
+        }
+        Decode::Raw { item_bytes: item } => Target::Slots(Arc::new(Slots {
+            data: std::cell::UnsafeCell::new(shared.pool.take_filled(count * item)),
+            item,
+        })),
+        Decode::Image(shape) => Target::Slots(Arc::new(Slots {
+            data: std::cell::UnsafeCell::new(shared.pool.take_filled(count * shape.item_bytes())),
+            item: shape.item_bytes(),
+        })),
+    };
+    let mut labels: Vec<Option<i32>> = vec![None; count];
+    let mut corrupt: Vec<(usize, String)> = Vec::new();
+    let mut retries = 0;
+    let (decoded_tx, mut decoded_rx) = mpsc::unbounded_channel::<(usize, Result<(), String>)>();
+    let mut decoding = 0;
+
+    let mut reads = futures::stream::iter(uuids.into_iter().enumerate())
         .map(|(position, uuid)| {
             let shared = &shared;
             async move {
@@ -266,19 +396,83 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
             }
         })
         .buffer_unordered(shared.concurrency);
-    let results: Vec<(usize, Result<(Option<Row>, u32), String>)> = reads.collect().await;
-
-    let mut rows: Vec<Option<Row>> = (0..results.len()).map(|_| None).collect();
-    let mut retries = 0;
-    for (position, result) in results {
+    while let Some((position, result)) = reads.next().await {
         let (row, row_retries) = result?;
         retries += row_retries;
-        rows[position] = row;
+        let Some(row) = row else { continue };
+        labels[position] = Some(row.label);
+        match (&mut target, shared.decode) {
+            (Target::Appended { data, spans }, _) => {
+                let start = data.len() as i64;
+                data.extend_from_slice(&row.data);
+                spans[position] = (start, data.len() as i64);
+            }
+            (Target::Slots(slots), Decode::Raw { item_bytes }) => {
+                if row.data.len() == item_bytes {
+                    // Safety: one sample per position; nothing else writes or reads this slot.
+                    unsafe { slots.slot(position) }.copy_from_slice(&row.data);
+                } else {
+                    corrupt.push((position, format!("{} bytes, expected {item_bytes}", row.data.len())));
+                }
+            }
+            (Target::Slots(slots), Decode::Image(shape)) => {
+                let (slots, done) = (Arc::clone(slots), decoded_tx.clone());
+                decoding += 1;
+                shared.decoders.as_ref().expect("image decoding has a pool").spawn(move || {
+                    // Safety: one sample per position; nothing else writes or reads this slot.
+                    let result = decode_image(&row.data, &shape, unsafe { slots.slot(position) });
+                    // Let go of the buffer before reporting: the batch takes it back once every decoder is done.
+                    drop(slots);
+                    let _ = done.send((position, result));
+                });
+            }
+            (Target::Slots(_), Decode::Bytes) => unreachable!("stored bytes are appended"),
+        }
     }
-    let decoding = Arc::clone(&shared);
-    tokio::task::spawn_blocking(move || assemble(&decoding, rows, retries))
-        .await
-        .map_err(|err| format!("decoding failed: {err}"))
+    drop(reads);
+    for _ in 0..decoding {
+        let (position, result) = decoded_rx.recv().await.expect("every decoder sends once");
+        if let Err(reason) = result {
+            corrupt.push((position, reason));
+        }
+    }
+    corrupt.sort_unstable_by_key(|(position, _)| *position);
+    let missing: Vec<usize> = (0..count).filter(|&position| labels[position].is_none()).collect();
+    for (position, _) in &corrupt {
+        labels[*position] = None;
+    }
+    let delivered: Vec<usize> = (0..count).filter(|&position| labels[position].is_some()).collect();
+
+    let (data, spans) = match target {
+        Target::Appended { data, spans } => {
+            if !delivered.is_empty() {
+                shared.sample_bytes.store(data.len() / delivered.len(), Ordering::Relaxed);
+            }
+            let spans = delivered.iter().flat_map(|&position| [spans[position].0, spans[position].1]).collect();
+            (data, Some(spans))
+        }
+        Target::Slots(slots) => {
+            let item = slots.item;
+            let mut data = slots.into_inner();
+            // Missing and corrupt samples leave holes: move the delivered ones to the front, in order.
+            for (index, &position) in delivered.iter().enumerate() {
+                if index != position {
+                    data.copy_within(position * item..(position + 1) * item, index * item);
+                }
+            }
+            data.truncate(delivered.len() * item);
+            (data, None)
+        }
+    };
+    Ok(Assembled {
+        data,
+        spans,
+        labels: delivered.iter().map(|&position| labels[position].expect("delivered")).collect(),
+        positions: delivered.iter().map(|&position| position as i64).collect(),
+        missing,
+        corrupt,
+        retries,
+    })
 }
 
 /// One row, retrying transient failures with backoff.
@@ -308,80 +502,6 @@ async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), Str
                 ));
             }
         }
-    }
-}
-
-fn assemble(shared: &Shared, rows: Vec<Option<Row>>, retries: u32) -> Assembled {
-    let mut missing = Vec::new();
-    let mut present: Vec<(usize, Row)> = Vec::with_capacity(rows.len());
-    for (position, row) in rows.into_iter().enumerate() {
-        match row {
-            Some(row) => present.push((position, row)),
-            None => missing.push(position),
-        }
-    }
-    let mut corrupt = Vec::new();
-    let (data, offsets, kept) = match shared.decode {
-        Decode::Bytes => {
-            let total = present.iter().map(|(_, row)| row.data.len()).sum();
-            let mut data = Vec::with_capacity(total);
-            let mut offsets = Vec::with_capacity(present.len() + 1);
-            for (_, row) in &present {
-                offsets.push(data.len() as i64);
-                data.extend_from_slice(&row.data);
-            }
-            offsets.push(data.len() as i64);
-            (data, Some(offsets), present)
-        }
-        Decode::Raw { item_bytes } => {
-            let (kept, wrong): (Vec<_>, Vec<_>) =
-                present.into_iter().partition(|(_, row)| row.data.len() == item_bytes);
-            for (position, row) in wrong {
-                corrupt.push((position, format!("{} bytes, expected {item_bytes}", row.data.len())));
-            }
-            let mut data = Vec::with_capacity(kept.len() * item_bytes);
-            for (_, row) in &kept {
-                data.extend_from_slice(&row.data);
-            }
-            (data, None, kept)
-        }
-        Decode::Image(shape) => {
-            let item = shape.item_bytes();
-            let mut data = vec![0u8; present.len() * item];
-            let pool = shared.decoders.as_ref().expect("image decoding has a pool");
-            let failures: Vec<Option<String>> = pool.install(|| {
-                data.par_chunks_mut(item)
-                    .zip(present.par_iter())
-                    .map(|(out, (_, row))| decode_image(&row.data, &shape, out).err())
-                    .collect()
-            });
-            // Failed samples leave a hole: compact the good ones to the front, in order.
-            let mut kept = Vec::with_capacity(present.len());
-            let mut write = 0;
-            for (read, ((position, row), failure)) in present.into_iter().zip(failures).enumerate() {
-                match failure {
-                    Some(reason) => corrupt.push((position, reason)),
-                    None => {
-                        if read != write {
-                            data.copy_within(read * item..(read + 1) * item, write * item);
-                        }
-                        write += 1;
-                        kept.push((position, row));
-                    }
-                }
-            }
-            data.truncate(write * item);
-            (data, None, kept)
-        }
-    };
-    Assembled {
-        data,
-        offsets,
-        labels: kept.iter().map(|(_, row)| row.label).collect(),
-        positions: kept.iter().map(|(position, _)| *position as i64).collect(),
-        missing,
-        corrupt,
-        retries,
     }
 }
 
@@ -423,7 +543,7 @@ pub fn decode_image_py(
     let encoded = encoded.as_bytes();
     let mut out = vec![0u8; shape.item_bytes()];
     py.detach(|| decode_image(encoded, &shape, &mut out)).map_err(PyValueError::new_err)?;
-    Ok(Buffer { bytes: out })
+    Ok(Buffer::new(out))
 }
 
 pub(crate) fn image_shape(height: u32, width: u32, channels: u8, crop: bool) -> PyResult<ImageShape> {

@@ -52,24 +52,23 @@ TENSOR = "tensor"  # decode= value for datasets with the raw encoding: arrays of
 
 
 class Blobs:
-    """Undecoded samples of a batch: one uint8 buffer and int64 offsets (n + 1); ``blobs[i]`` is sample i's bytes."""
+    """Undecoded samples of a batch: one uint8 buffer and int64 (start, end) spans, one row per sample;
+    ``blobs[i]`` is sample i's bytes (a memoryview, no copy)."""
 
-    def __init__(self, data: np.ndarray, offsets: np.ndarray):
+    def __init__(self, data: np.ndarray, spans: np.ndarray):
         self.data = data
-        self.offsets = offsets
+        self.spans = spans
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return len(self.spans)
 
     def __getitem__(self, index: int) -> memoryview:
-        if not -len(self) <= index < len(self):
-            raise IndexError(index)
-        index %= len(self)
-        return memoryview(self.data)[self.offsets[index] : self.offsets[index + 1]]
+        start, end = self.spans[index]
+        return memoryview(self.data)[start:end]
 
     @property
     def nbytes(self) -> int:
-        return int(self.offsets[-1])
+        return int((self.spans[:, 1] - self.spans[:, 0]).sum())
 
 
 @dataclasses.dataclass
@@ -183,8 +182,9 @@ class Loader:
 
     @property
     def window_batches(self) -> int:
-        """Batches kept in flight: `prefetch`, or more when batches are too small to fill the request window."""
-        return max(self.prefetch, -(-self.concurrency // self.plan.batch_size))
+        """Batches kept in flight: `prefetch`, or more when batches are too small to keep the request window full
+        across batch boundaries."""
+        return max(self.prefetch, -(-self.concurrency // self.plan.batch_size) + 1)
 
     def open(self) -> Loader:
         """Connect now rather than at the first batch (to fail early, or to keep set-up out of a measurement)."""
@@ -323,7 +323,8 @@ class Loader:
             _, dtype, shape = self.source.encoding
             x = np.frombuffer(fetched.data, dtype=np.dtype(dtype)).reshape(count, *shape)
         else:
-            x = Blobs(np.frombuffer(fetched.data, dtype=np.uint8), np.frombuffer(fetched.offsets, dtype=np.int64))
+            x = Blobs(np.frombuffer(fetched.data, dtype=np.uint8),
+                      np.frombuffer(fetched.spans, dtype=np.int64).reshape(-1, 2))
         y = np.frombuffer(fetched.labels, dtype=np.int32).astype(np.int64)
         self.stats.batches += 1
         self.stats.samples += count
