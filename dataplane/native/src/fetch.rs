@@ -27,6 +27,8 @@ use crate::retry::{backoff, is_transient};
 
 /// Released batch buffers kept per fetcher for reuse.
 const POOLED_BUFFERS: usize = 4;
+/// Samples decoded per decoder task.
+const DECODE_GROUP: usize = 8;
 use crate::session::{Client, one_line};
 
 /// How a sample's bytes become the batch's `data`.
@@ -384,8 +386,9 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
     let mut labels: Vec<Option<i32>> = vec![None; count];
     let mut corrupt: Vec<(usize, String)> = Vec::new();
     let mut retries = 0;
-    let (decoded_tx, mut decoded_rx) = mpsc::unbounded_channel::<(usize, Result<(), String>)>();
+    let (decoded_tx, mut decoded_rx) = mpsc::unbounded_channel::<Vec<(usize, Result<(), String>)>>();
     let mut decoding = 0;
+    let mut waiting: Vec<(usize, Bytes)> = Vec::new();
 
     let mut reads = futures::stream::iter(uuids.into_iter().enumerate())
         .map(|(position, uuid)| {
@@ -416,25 +419,21 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
                 }
             }
             (Target::Slots(slots), Decode::Image(shape)) => {
-                let (slots, done) = (Arc::clone(slots), decoded_tx.clone());
-                decoding += 1;
-                shared.decoders.as_ref().expect("image decoding has a pool").spawn(move || {
-                    // Safety: one sample per position; nothing else writes or reads this slot.
-                    let result = decode_image(&row.data, &shape, unsafe { slots.slot(position) });
-                    // Let go of the buffer before reporting: the batch takes it back once every decoder is done.
-                    drop(slots);
-                    let _ = done.send((position, result));
-                });
+                waiting.push((position, row.data));
+                if waiting.len() == DECODE_GROUP {
+                    decoding += dispatch_decodes(&shared, slots, shape, std::mem::take(&mut waiting), &decoded_tx);
+                }
             }
             (Target::Slots(_), Decode::Bytes) => unreachable!("stored bytes are appended"),
         }
     }
     drop(reads);
+    if let (Target::Slots(slots), Decode::Image(shape)) = (&target, shared.decode) {
+        decoding += dispatch_decodes(&shared, slots, shape, waiting, &decoded_tx);
+    }
     for _ in 0..decoding {
-        let (position, result) = decoded_rx.recv().await.expect("every decoder sends once");
-        if let Err(reason) = result {
-            corrupt.push((position, reason));
-        }
+        let results = decoded_rx.recv().await.expect("every decoder task reports once");
+        corrupt.extend(results.into_iter().filter_map(|(position, result)| result.err().map(|r| (position, r))));
     }
     corrupt.sort_unstable_by_key(|(position, _)| *position);
     let missing: Vec<usize> = (0..count).filter(|&position| labels[position].is_none()).collect();
@@ -473,6 +472,32 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
         corrupt,
         retries,
     })
+}
+
+/// Hands a group of arrived samples to the decoder threads; returns the number of tasks started (0 or 1). Groups
+/// keep decoding in step with the reads at a fraction of the cost of one task per sample.
+fn dispatch_decodes(
+    shared: &Shared,
+    slots: &Arc<Slots>,
+    shape: ImageShape,
+    group: Vec<(usize, Bytes)>,
+    done: &mpsc::UnboundedSender<Vec<(usize, Result<(), String>)>>,
+) -> usize {
+    if group.is_empty() {
+        return 0;
+    }
+    let (slots, done) = (Arc::clone(slots), done.clone());
+    shared.decoders.as_ref().expect("image decoding has a pool").spawn(move || {
+        let results: Vec<_> = group
+            .iter()
+            // Safety: one sample per position; nothing else writes or reads this slot.
+            .map(|(position, data)| (*position, decode_image(data, &shape, unsafe { slots.slot(*position) })))
+            .collect();
+        // Let go of the buffer before reporting: the batch takes it back once every decoder is done.
+        drop(slots);
+        let _ = done.send(results);
+    });
+    1
 }
 
 /// One row, retrying transient failures with backoff.

@@ -269,10 +269,12 @@ class Loader:
                     depth += 1
                 submit()  # keep the window full before handing the batch over
                 result = self._convert(fetched, batch)
+                del fetched
                 delivered.add(number)
                 if self.shard[1] == 1:
                     self._advance(start, delivered)
                 yield result
+                del result  # the consumer is done with it: its buffer can go back to the pool
         finally:
             if in_flight:  # abandoned mid-epoch: batches still in flight belong to no one
                 self._fetcher = None

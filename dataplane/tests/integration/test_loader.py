@@ -320,3 +320,15 @@ def test_a_node_killed_mid_epoch_loses_and_duplicates_nothing(cassandra_ring, tm
         assert sorted(all_uuids(loader)) == expected
     finally:
         cassandra_ring.restart(2)
+
+
+def test_batch_buffers_are_recycled_once_released(module_store, slides):
+    name, _ = slides
+    loader = Loader(name, "by-patient", "train", 8, store=module_store, decode=Decode(32, 32), prefetch=2,
+                    concurrency=8)
+    addresses = []
+    for x, _ in loader:
+        addresses.append(x.__array_interface__["data"][0])
+        del x  # the training step is done with the batch
+    # Without the pool every batch would have its own buffer; with it, only the batches in flight at once do.
+    assert len(addresses) > 20 and len(set(addresses)) <= loader.window_batches + 2
