@@ -128,18 +128,25 @@ impl BufferPool {
         buffer
     }
 
+    /// The smallest free buffer that holds `capacity`, else the largest one (growing it keeps its touched pages).
     fn take(&self, capacity: usize) -> Vec<u8> {
         let mut free = self.free.lock().expect("no panics while locked");
-        match free.iter().position(|buffer| buffer.capacity() >= capacity) {
-            Some(index) => free.swap_remove(index),
-            None => Vec::new(),
-        }
+        let fitting = (0..free.len())
+            .filter(|&i| free[i].capacity() >= capacity)
+            .min_by_key(|&i| free[i].capacity());
+        let chosen = fitting.or_else(|| (0..free.len()).max_by_key(|&i| free[i].capacity()));
+        chosen.map(|i| free.swap_remove(i)).unwrap_or_default()
     }
 
+    /// Keeps a released buffer; when the pool is full, it replaces the smallest one if it is larger.
     fn give(&self, buffer: Vec<u8>) {
         let mut free = self.free.lock().expect("no panics while locked");
-        if free.len() < self.keep && buffer.capacity() > 0 {
+        if free.len() < self.keep {
             free.push(buffer);
+        } else if let Some(smallest) = (0..free.len()).min_by_key(|&i| free[i].capacity()) {
+            if free[smallest].capacity() < buffer.capacity() {
+                free[smallest] = buffer;
+            }
         }
     }
 }
@@ -371,7 +378,8 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
     let count = uuids.len();
     let mut target = match shared.decode {
         Decode::Bytes => {
-            let estimate = shared.sample_bytes.load(Ordering::Relaxed).max(1024) * count * 5 / 4;
+            let per_sample = shared.sample_bytes.load(Ordering::Relaxed).max(1024);
+            let estimate = per_sample * count + per_sample * count / 16;
             Target::Appended { data: shared.pool.take_empty(estimate), spans: vec![(0, 0); count] }
         }
         Decode::Raw { item_bytes: item } => Target::Slots(Arc::new(Slots {
