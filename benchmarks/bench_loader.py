@@ -159,11 +159,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--refreader", required=True, help="Path of the reference reader binary.")
     parser.add_argument("--rows-20k", type=int, default=20_000)
-    parser.add_argument("--rows-150k", type=int, default=4_000)
+    parser.add_argument("--rows-150k", type=int, default=6_000)
     parser.add_argument("--jpegs", type=int, default=6_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2, help="Decode threads / DataLoader worker processes.")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
     ratios = {name: [] for name in BARS}

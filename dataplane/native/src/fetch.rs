@@ -296,11 +296,16 @@ impl Fetcher {
             if let Some(found) = self.ready(ticket) {
                 break found;
             }
-            let received = self
-                .shared
-                .client
-                .block_on(py, async { self.done_rx.lock().await.recv().await })?
-                .expect("the sender lives in self");
+            // With prefetch the batch is usually done already: no need to enter the runtime or release the GIL.
+            let ready = self.done_rx.try_lock().ok().and_then(|mut rx| rx.try_recv().ok());
+            let received = match ready {
+                Some(received) => received,
+                None => self
+                    .shared
+                    .client
+                    .block_on(py, async { self.done_rx.lock().await.recv().await })?
+                    .expect("the sender lives in self"),
+            };
             if ticket.is_none() || ticket == Some(received.0) {
                 break received;
             }
