@@ -9,7 +9,8 @@ And decoded 224×224 JPEG batches:
   (d) Ringfeed's Loader decoding on W native threads vs a PyTorch ImageFolder-style loader over the same images as
       files on local disk (torch DataLoader, W worker processes, default collate), with the same decoder (the loader's
       own, `ringfeed._native.decode_image`, bilinear resize after a centre crop).
-Each dataset is read three times untimed first (the node's caches and JIT warm up); then every case runs `--rounds` times,
+Each dataset is flushed and compacted after ingest and read three times untimed (the node's caches and JIT warm
+up); then every case runs `--rounds` times,
 alternating sides, and keeps its best. Ends with one BAR line per bar.
 """
 
@@ -38,6 +39,13 @@ from bench_node import dedicated_node
 BATCH_SIZES = (32, 64, 128, 256, 512)
 WARM_UP_PASSES = 3  # untimed reads of each dataset first: the node's JIT and caches settle
 BARS = {"raw_vs_reference": 0.9, "raw_vs_python_driver": 3.0, "decoded_vs_imagefolder": 1.0}
+
+
+def settle(ring, keyspace: str) -> None:
+    """Flush and compact what was just ingested, so that background compactions do not share the cores with the
+    measurements (on 2 cores they otherwise slow down whichever case runs first)."""
+    ring.nodetool(1, "flush", keyspace)
+    ring.nodetool(1, "compact", keyspace)
 
 
 def make_raw_dataset(store: Store, folder: Path, rows: int, size: int) -> LoaderSource:
@@ -175,6 +183,7 @@ def main() -> int:
             for size, rows in ((20_000, args.rows_20k), (150_000, args.rows_150k)):
                 print(f"writing {rows:,} samples of {size // 1000} kB …", flush=True)
                 source = make_raw_dataset(store, tmp / f"raw{size}", rows, size)
+                settle(ring, source.keyspace)
                 for _ in range(WARM_UP_PASSES):
                     run_reference(args.refreader, ring.hosts[0], source, np.arange(rows), 128, args.concurrency, tmp)
                 for batch in BATCH_SIZES:
@@ -202,6 +211,7 @@ def main() -> int:
             ingest(store, "bench_jpeg", str(folder), IngestOptions(concurrency=64))
             create_split(store, "bench_jpeg", "all", SplitSpec(ratios=(1,), names=("train",)))
             jpegs = LoaderSource.from_split("bench_jpeg", "all", "train", store=store)
+            settle(ring, jpegs.keyspace)
             run_reference(args.refreader, ring.hosts[0], jpegs, np.arange(args.jpegs), 128, args.concurrency, tmp)
             mean_kb = sum(p.stat().st_size for p in folder.glob("*/*.jpg")) / args.jpegs / 1000
             print(f"mean JPEG size {mean_kb:.1f} kB; decoded to 224×224×3 with {args.workers} workers, batch 128")
