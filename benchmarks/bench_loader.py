@@ -10,15 +10,17 @@ And decoded 224×224 JPEG batches:
       files on local disk (torch DataLoader, W worker processes, default collate), with the same decoder (the loader's
       own, `ringfeed._native.decode_image`, bilinear resize after a centre crop).
 Each dataset is flushed and compacted after ingest and read three times untimed (the node's caches and JIT warm
-up); then every case runs `--rounds` times,
-alternating sides, and keeps its best. Ends with one BAR line per bar.
+up); then every case runs `--rounds` times, alternating sides. Rates shown are each side's best; ratios are the
+median over rounds of the two sides measured back to back (the node drifts between rounds on 2 shared cores).
+For (d) the CPU time per image of the loader process (with its workers) and of the Cassandra node is printed too.
+Ends with one BAR line per bar.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -152,15 +154,34 @@ def run_imagefolder(root: Path, batch: int, workers: int) -> tuple[int, float, i
     return rows, time.perf_counter() - started, rows * 224 * 224 * 3
 
 
-def best_of(rounds: int, runs: dict) -> dict:
-    """Runs every side `rounds` times, alternating; keeps each side's fastest (rows, seconds, bytes)."""
-    best = {}
+def best_of(rounds: int, runs: dict) -> tuple[dict, list[dict]]:
+    """Runs every side `rounds` times, alternating; returns each side's fastest (rows, seconds, bytes) and the rates
+    of every round (for ratios paired within a round, which cancel the node's drift between rounds)."""
+    best, per_round = {}, []
     for _ in range(rounds):
+        rates = {}
         for side, run in runs.items():
             rows, seconds, size = run()
+            rates[side] = rows / seconds
             if side not in best or rows / seconds > best[side][0] / best[side][1]:
                 best[side] = (rows, seconds, size)
-    return best
+        per_round.append(rates)
+    return best, per_round
+
+
+def paired_ratio(per_round: list[dict], side: str, reference: str) -> float:
+    """Median over rounds of side/reference measured back to back."""
+    return float(np.median([rates[side] / rates[reference] for rates in per_round]))
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time (user + system) of a process: this one and its reaped children when pid is None."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system + times.children_user + times.children_system
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -188,21 +209,19 @@ def main() -> int:
                     run_reference(args.refreader, ring.hosts[0], source, np.arange(rows), 128, args.concurrency, tmp)
                 for batch in BATCH_SIZES:
                     order = np.concatenate(list(Loader.from_source(source, batch, seed=1).plan.batches(0)))
-                    best = best_of(args.rounds, {
+                    best, per_round = best_of(args.rounds, {
                         "(a) rust reference": lambda: run_reference(args.refreader, ring.hosts[0], source, order,
                                                                     batch, args.concurrency, tmp),
                         "(b) ringfeed": lambda: run_loader(source, batch, args.concurrency),
                         "(c) python driver": lambda: run_python_driver(store.session, source, order, batch,
                                                                        args.concurrency),
                     })
-                    rate = {side: r / s for side, (r, s, _) in best.items()}
-                    ringfeed = rate["(b) ringfeed"]
                     for side, (r, s, b) in best.items():
-                        print(f"{size // 1000:>4}kB {batch:>5} {side:>16} {rate[side]:>8,.0f} {b / s / 1e6:>7.1f} "
-                              f"{rate[side] / rate['(a) rust reference']:>7.2f} "
-                              f"{rate[side] / rate['(c) python driver']:>6.2f}", flush=True)
-                    ratios["raw_vs_reference"].append(ringfeed / rate["(a) rust reference"])
-                    ratios["raw_vs_python_driver"].append(ringfeed / rate["(c) python driver"])
+                        print(f"{size // 1000:>4}kB {batch:>5} {side:>16} {r / s:>8,.0f} {b / s / 1e6:>7.1f} "
+                              f"{paired_ratio(per_round, side, '(a) rust reference'):>7.2f} "
+                              f"{paired_ratio(per_round, side, '(c) python driver'):>6.2f}", flush=True)
+                    ratios["raw_vs_reference"].append(paired_ratio(per_round, "(b) ringfeed", "(a) rust reference"))
+                    ratios["raw_vs_python_driver"].append(paired_ratio(per_round, "(b) ringfeed", "(c) python driver"))
 
             print(f"\nwriting {args.jpegs:,} JPEGs (320×240) as files and into the ring …", flush=True)
             folder = tmp / "jpegs"
@@ -215,15 +234,28 @@ def main() -> int:
             run_reference(args.refreader, ring.hosts[0], jpegs, np.arange(args.jpegs), 128, args.concurrency, tmp)
             mean_kb = sum(p.stat().st_size for p in folder.glob("*/*.jpg")) / args.jpegs / 1000
             print(f"mean JPEG size {mean_kb:.1f} kB; decoded to 224×224×3 with {args.workers} workers, batch 128")
-            best = best_of(args.rounds, {
-                "(d) ringfeed": lambda: run_loader(jpegs, 128, args.concurrency, decode=Decode(224, 224),
-                                                   decode_threads=args.workers),
-                "(d) imagefolder": lambda: run_imagefolder(folder, 128, args.workers),
+            node_pid = ring.pid(1)
+            cpu = {"(d) ringfeed": [0.0, 0.0, 0], "(d) imagefolder": [0.0, 0.0, 0]}  # client s, node s, images
+
+            def measured(side, run):
+                client, node = cpu_seconds(), cpu_seconds(node_pid)
+                rows, seconds, size = run()
+                cpu[side][0] += cpu_seconds() - client
+                cpu[side][1] += cpu_seconds(node_pid) - node
+                cpu[side][2] += rows
+                return rows, seconds, size
+
+            best, per_round = best_of(args.rounds, {
+                "(d) ringfeed": lambda: measured("(d) ringfeed", lambda: run_loader(
+                    jpegs, 128, args.concurrency, decode=Decode(224, 224), decode_threads=args.workers)),
+                "(d) imagefolder": lambda: measured("(d) imagefolder", lambda: run_imagefolder(folder, 128,
+                                                                                             args.workers)),
             })
             for side, (r, s, _) in best.items():
-                print(f"{side:>16} {r / s:>8,.0f} images/s")
-            ratio = (best["(d) ringfeed"][0] / best["(d) ringfeed"][1]) / (
-                best["(d) imagefolder"][0] / best["(d) imagefolder"][1])
+                client, node, images = cpu[side]
+                print(f"{side:>16} {r / s:>8,.0f} images/s · CPU per image: loader {client / images * 1e3:.2f} ms, "
+                      f"Cassandra node {node / images * 1e3:.2f} ms")
+            ratio = paired_ratio(per_round, "(d) ringfeed", "(d) imagefolder")
             print(f"ringfeed / imagefolder: {ratio:.2f}")
             ratios["decoded_vs_imagefolder"].append(ratio)
 

@@ -242,7 +242,8 @@ class Loader:
         epoch, start = self.epoch, self.offset
         indices = self.plan.rank_indices(epoch, start)
         numbers = collections.deque(self._batch_numbers())
-        delivered = set(self._skip)  # batch numbers counted from `start`
+        done = 0  # batches (counted from `start`) delivered without a gap
+        ahead = set(self._skip)  # batches delivered after a gap (out of order)
         fetcher = self._open_fetcher()
         in_flight: dict[int, tuple[int, np.ndarray]] = {}  # ticket → (batch number, sample indices)
         order: collections.deque[int] = collections.deque()
@@ -270,23 +271,19 @@ class Loader:
                 submit()  # keep the window full before handing the batch over
                 result = self._convert(fetched, batch)
                 del fetched
-                delivered.add(number)
                 if self.shard[1] == 1:
-                    self._advance(start, delivered)
+                    ahead.add(number)
+                    while done in ahead:
+                        ahead.remove(done)
+                        done += 1
+                    self.offset = self.plan.offset_after(start, done)
+                    self._skip = frozenset(n - done for n in ahead)
                 yield result
                 del result  # the consumer is done with it: its buffer can go back to the pool
         finally:
             if in_flight:  # abandoned mid-epoch: batches still in flight belong to no one
                 self._fetcher = None
         self.set_epoch(epoch + 1)
-
-    def _advance(self, start: int, delivered: set[int]) -> None:
-        """Move the offset past the batches delivered without a gap; remember those delivered ahead of one."""
-        done = 0
-        while done in delivered:
-            done += 1
-        self.offset = self.plan.offset_after(start, done)
-        self._skip = frozenset(number - done for number in delivered if number > done)
 
     def _open_fetcher(self):
         """The native reader of this process, opened on first use (and again in a forked worker)."""

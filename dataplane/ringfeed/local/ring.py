@@ -127,7 +127,7 @@ class LocalRing:
     def status(self) -> list[NodeStatus]:
         rows = []
         for index in sorted(self._known_nodes()):
-            pid = self._pid(index)
+            pid = self.pid(index)
             running = self._running(index)
             rows.append(NodeStatus(
                 index=index, address=self.address(index), pid=pid if running else None, running=running,
@@ -140,7 +140,7 @@ class LocalRing:
     def start_node(self, index: int, timeout_s: float = 300) -> int:
         """Start node ``index`` (creating its config on first start) and wait until it answers CQL."""
         if self._running(index):
-            return self._pid(index)
+            return self.pid(index)
         java = require_java()
         lib = ensure_cassandra_jars()
         node_dir = self._node_dir(index)
@@ -179,7 +179,7 @@ class LocalRing:
 
     def kill_node(self, index: int) -> None:
         """Crash a node (SIGKILL), as a failing machine would."""
-        pid = self._pid(index)
+        pid = self.pid(index)
         if pid and self._running(index):
             os.kill(pid, signal.SIGKILL)
             _wait_gone(pid, 30)
@@ -267,13 +267,13 @@ auto_snapshot: false
 """
         (node_dir / "conf" / "cassandra.yaml").write_text(yaml)
 
-    def _pid(self, index: int) -> int | None:
+    def pid(self, index: int) -> int | None:
         pid_file = self._node_dir(index) / "pid"
         return int(pid_file.read_text()) if pid_file.exists() else None
 
     def _running(self, index: int) -> bool:
         """True when the saved PID is alive AND is this node's JVM (PIDs get reused)."""
-        pid = self._pid(index)
+        pid = self.pid(index)
         if pid is None:
             return False
         try:
@@ -285,7 +285,7 @@ auto_snapshot: false
     def _stop_pid(self, index: int, grace_s: float = 60) -> None:
         if not self._running(index):
             return
-        pid = self._pid(index)
+        pid = self.pid(index)
         os.kill(pid, signal.SIGTERM)
         if not _wait_gone(pid, grace_s):
             os.kill(pid, signal.SIGKILL)
