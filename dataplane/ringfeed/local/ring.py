@@ -268,6 +268,7 @@ auto_snapshot: false
         (node_dir / "conf" / "cassandra.yaml").write_text(yaml)
 
     def pid(self, index: int) -> int | None:
+        """The PID saved when node ``index`` was started (it may have exited since)."""
         pid_file = self._node_dir(index) / "pid"
         return int(pid_file.read_text()) if pid_file.exists() else None
 
