@@ -36,6 +36,7 @@ from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec, create_split
 from ringfeed.store import Store
 
+from bench_ingest import make_source, schema_for
 from bench_node import dedicated_node
 
 BATCH_SIZES = (32, 64, 128, 256, 512)
@@ -51,17 +52,10 @@ def settle(ring, keyspace: str) -> None:
 
 
 def make_raw_dataset(store: Store, folder: Path, rows: int, size: int) -> LoaderSource:
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(size)
-    lines = ["path,sample,label"]
-    for i in range(rows):
-        (folder / f"{i}.bin").write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
-        lines.append(f"{i}.bin,{i},{i % 10}")
-    (folder / "manifest.csv").write_text("\n".join(lines) + "\n")
+    """The ingest benchmark's raw samples (files + manifest, same schema), ingested, as one split part."""
     name = f"bench_raw_{size // 1000}k"
-    store.create_dataset(DatasetSchema(name, (Column("sample", "bigint"),), Encoding("raw", "uint8", (size,)),
-                                       with_metadata_by_uuid=False))
-    ingest(store, name, str(folder / "manifest.csv"), IngestOptions(concurrency=64))
+    store.create_dataset(schema_for(name, size))
+    ingest(store, name, str(make_source(folder, rows, size, labels=10)), IngestOptions(concurrency=64))
     create_split(store, name, "all", SplitSpec(ratios=(1,), names=("train",)))
     return LoaderSource.from_split(name, "all", "train", store=store)
 

@@ -232,7 +232,7 @@ class Loader:
 
     def _batch_numbers(self) -> list[int]:
         """Batches (counted from the offset) this shard yields in the rest of the epoch."""
-        per_rank = -(-len(self.plan.rank_indices(self.epoch, self.offset)) // self.plan.batch_size)
+        per_rank = -(-self.plan.rank_samples(self.offset) // self.plan.batch_size)
         index, count = self.shard
         return [b for b in range(index, per_rank, count) if b not in self._skip]
 

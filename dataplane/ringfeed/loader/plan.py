@@ -76,6 +76,12 @@ class EpochPlan:
         self.check_offset(offset)
         return self.global_order(epoch)[offset + self.rank :: self.world_size]
 
+    def rank_samples(self, offset: int = 0) -> int:
+        """How many samples this rank reads when the first `offset` global positions are consumed (no permutation
+        is drawn: the count does not depend on the epoch)."""
+        self.check_offset(offset)
+        return len(range(offset + self.rank, self.epoch_length, self.world_size))
+
     def batches(self, epoch: int, offset: int = 0) -> Iterator[np.ndarray]:
         """This rank's batches of sample indices; only the last one may be smaller than batch_size."""
         indices = self.rank_indices(epoch, offset)

@@ -27,6 +27,7 @@ def test_every_sample_exactly_once_per_epoch_across_ranks(n, b, seed, epoch):
         assert sorted(delivered.tolist()) == list(range(n)), w
         counts = [len(p.rank_indices(epoch)) for p in plans(n, b, w, seed)]
         assert max(counts) - min(counts) <= 1
+        assert counts == [p.rank_samples() for p in plans(n, b, w, seed)]
 
 
 @settings(max_examples=150, deadline=None)
@@ -54,6 +55,7 @@ def test_resume_yields_exactly_the_remainder(n, b, seed, epoch, data):
         for p, batches in zip(ranks, full):
             remainder = np.concatenate(batches[consumed:] or [np.empty(0, int)])
             assert np.array_equal(p.rank_indices(epoch, offset), remainder)
+            assert p.rank_samples(offset) == len(remainder)
         # Nothing read before the offset comes again, nothing after it was read.
         read = {int(i) for batches in full for batch in batches[:consumed] for i in batch}
         rest = {int(i) for p in ranks for i in p.rank_indices(epoch, offset)}
