@@ -82,10 +82,10 @@ cluster-status: ## What runs, the node, every Pod, the imported images
 ##@ Test
 
 test: deps k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
-	$(PY) -m pytest dataplane/tests e2e/tests
+	$(PY) -m pytest dataplane/tests operator/tests e2e/tests
 
 test-unit: deps ## Unit tests only (no servers)
-	$(PY) -m pytest dataplane/tests/unit
+	$(PY) -m pytest dataplane/tests/unit operator/tests
 
 ##@ Benchmarks
 

@@ -7,7 +7,8 @@ import click
 import kopf
 import prometheus_client
 
-import ringfeed_operator.main  # noqa: F401  (registers the handlers)
+import ringfeed_operator.handlers  # noqa: F401  (registers the handlers)
+from ringfeed_operator.settings import JobSettings
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,8 +20,16 @@ import ringfeed_operator.main  # noqa: F401  (registers the handlers)
               help="Port of the liveness endpoint (GET /healthz) for the Deployment's probe.")
 @click.option("--bind", default="0.0.0.0", show_default=True,
               help="Address the metrics and health endpoints listen on (127.0.0.1 on a hostNetwork node).")
+@click.option("--job-image", default=JobSettings.image, show_default=True,
+              help="Data-plane image of the ingest and split Jobs (runs `ringfeed ingest` / `ringfeed split create`).")
+@click.option("--job-image-pull-policy", default=JobSettings.image_pull_policy, show_default=True,
+              type=click.Choice(["Always", "IfNotPresent", "Never"]))
+@click.option("--job-host-network", is_flag=True,
+              help="Run Jobs in the node's network namespace (clusters without a Pod network, like the local one).")
+@click.option("--job-service-account", default="", help="Service account of the Jobs (default: the namespace's).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every handler call and API request.")
-def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, verbose: bool) -> None:
+def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, job_image: str,
+         job_image_pull_policy: str, job_host_network: bool, job_service_account: str, verbose: bool) -> None:
     """Reconcile Ringfeed's Dataset, Split and TrainingJob objects.
 
     Inside a cluster the service account's credentials are used; outside, the current kubeconfig context.
@@ -30,6 +39,7 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
       ringfeed-operator                          # every namespace
       ringfeed-operator -n ml-data -n ml-train   # two namespaces only
       ringfeed-operator --bind 127.0.0.1 --metrics-port 19090 --health-port 18080
+      ringfeed-operator --job-image localhost/ringfeed/dataplane:0.1.0 --job-host-network
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -41,5 +51,7 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
         liveness_endpoint=f"http://{bind}:{health_port}/healthz",
         registry=kopf.get_default_registry(),
         standalone=True,  # one replica (Deployment strategy Recreate): no peering objects
+        memo=kopf.Memo(jobs=JobSettings(image=job_image, image_pull_policy=job_image_pull_policy,
+                                        host_network=job_host_network, service_account=job_service_account)),
     ))
 

@@ -57,17 +57,9 @@ def split_create(ctx, dataset, name, ratios, folds, names, group_by, balance, ma
       ringfeed split create slides cv5 --folds 5 --group-by patient_id --balance equal
       ringfeed split create slides small --ratios 8,1,1 --max-samples 10000 --where 'slide_num < 5'
     """
-    from ringfeed.splits import Filter, SplitSpec, create_split, parse_weights
+    from ringfeed.splits import create_split
 
-    if ratios and folds:
-        raise click.UsageError("give --ratios or --folds, not both")
-    spec = SplitSpec(
-        ratios=() if folds else _int_list(ratios or "7,2,1"), folds=folds,
-        names=tuple(n.strip() for n in names.split(",") if n.strip()), group_by=group_by,
-        balance=balance if balance in ("natural", "equal") else parse_weights(balance, "balance weight"),
-        max_samples=max_samples, max_per_part=parse_weights(max_per_part, "max per part") if max_per_part else (),
-        filters=tuple(Filter.parse(f) for f in filters), seed=seed,
-    )
+    spec = spec_from_options(ratios, folds, names, group_by, balance, max_samples, max_per_part, filters, seed)
     with open_store(ctx) as store:
         expected = store.info(dataset).samples
         with progress_bar() as progress:
@@ -77,6 +69,21 @@ def split_create(ctx, dataset, name, ratios, folds, names, group_by, balance, ma
     print_split(stored)
     console.print(f"[bold green]stored[/] as version {stored.version}" if created else
                   f"identical to version {stored.version} (same parameters and content): nothing stored")
+
+
+def spec_from_options(ratios, folds, names, group_by, balance, max_samples, max_per_part, filters, seed):
+    """The SplitSpec that `split create`'s options describe (the operator's split Jobs pass these options)."""
+    from ringfeed.splits import Filter, SplitSpec, parse_weights
+
+    if ratios and folds:
+        raise click.UsageError("give --ratios or --folds, not both")
+    return SplitSpec(
+        ratios=() if folds else _int_list(ratios or "7,2,1"), folds=folds,
+        names=tuple(n.strip() for n in names.split(",") if n.strip()), group_by=tuple(group_by),
+        balance=balance if balance in ("natural", "equal") else parse_weights(balance, "balance weight"),
+        max_samples=max_samples, max_per_part=parse_weights(max_per_part, "max per part") if max_per_part else (),
+        filters=tuple(Filter.parse(f) for f in filters), seed=seed,
+    )
 
 
 @split.command("list")

@@ -58,7 +58,7 @@ class Filter:
                 raise SplitError(f"filter {text!r}: {op} needs a parenthesised list, e.g. {column} {op} (1, 2)")
             values = _parse_list(rest[1:-1], text)
         else:
-            values = (_parse_scalar(rest, text),)
+            values = (parse_scalar(rest, text),)
         return cls(column, op, values)
 
     def __str__(self) -> str:
@@ -73,15 +73,16 @@ def _parse_list(body: str, text: str) -> tuple[Scalar, ...]:
         if not match or match.end() == position:
             raise SplitError(f"cannot read the list in filter {text!r}")
         quoted = match.group(2) if match.group(2) is not None else match.group(3)
-        values.append(quoted if quoted is not None else _parse_scalar(match.group(4), text))
+        values.append(quoted if quoted is not None else parse_scalar(match.group(4), text))
         position = match.end()
     return tuple(values)
 
 
-def _parse_scalar(token: str, text: str) -> Scalar:
+def parse_scalar(token: str, text: str | None = None) -> Scalar:
+    """A filter value as written: quoted → that string; true/false → bool; a number → int or float; else a string."""
     token = token.strip()
     if not token:
-        raise SplitError(f"filter {text!r} has no value")
+        raise SplitError(f"filter {text or token!r} has no value")
     if len(token) >= 2 and token[0] == token[-1] and token[0] in "'\"":
         return token[1:-1]
     if token.lower() in ("true", "false"):

@@ -1,0 +1,43 @@
+"""metav1.Condition bookkeeping for every Ringfeed status: the one place conditions are set and read."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Conditions:
+    """The conditions of one object's status, changed in place and written back as a list.
+
+    ``lastTransitionTime`` moves only when a condition's status changes; reason, message and observedGeneration
+    follow every ``set``.
+    """
+
+    def __init__(self, current: list[dict] | None, generation: int):
+        self._items = {c["type"]: dict(c) for c in current or ()}
+        self._generation = generation
+
+    def set(self, type_: str, status: bool | None, reason: str, message: str = "") -> None:
+        text = "Unknown" if status is None else ("True" if status else "False")
+        previous = self._items.get(type_)
+        changed = previous is None or previous.get("status") != text
+        self._items[type_] = {
+            "type": type_, "status": text, "reason": reason, "message": message[:32768],
+            "observedGeneration": self._generation,
+            "lastTransitionTime": now_rfc3339() if changed else previous["lastTransitionTime"],
+        }
+
+    def get(self, type_: str) -> dict | None:
+        return self._items.get(type_)
+
+    def is_true(self, type_: str) -> bool:
+        return (self._items.get(type_) or {}).get("status") == "True"
+
+    def reason(self, type_: str) -> str | None:
+        return (self._items.get(type_) or {}).get("reason")
+
+    def as_list(self) -> list[dict]:
+        return sorted(self._items.values(), key=lambda c: c["type"])

@@ -1,0 +1,80 @@
+"""Dataset objects ↔ the data plane: spec → DatasetSchema and ring address, catalog → status. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ringfeed.connection import ClusterAddress
+from ringfeed.schema import Column, DatasetSchema, Encoding
+from ringfeed.store import DatasetInfo
+
+
+def catalog_name(name: str, spec: dict) -> str:
+    """The dataset's name in the ring's catalog and its keyspace: spec.keyspace, else the object's name."""
+    return spec.get("keyspace") or name.replace("-", "_")
+
+
+def dataset_schema(name: str, spec: dict) -> DatasetSchema:
+    """The data plane's schema for a Dataset spec; raises RingfeedError with a message naming the problem."""
+    schema = spec["schema"]
+    encoding = schema["encoding"]
+    return DatasetSchema(
+        name=catalog_name(name, spec),
+        natural_keys=tuple(Column(c["name"], c["type"]) for c in schema["naturalKeys"]),
+        encoding=Encoding(encoding["kind"], encoding.get("dtype"),
+                          tuple(encoding["shape"]) if encoding.get("shape") else None),
+        metadata=tuple(Column(c["name"], c["type"]) for c in schema.get("metadata") or ()),
+        label_names=tuple(schema.get("labelNames") or ()),
+        with_metadata_by_uuid=schema.get("metadataByUuid", True),
+        replication_factor=(spec.get("replication") or {}).get("replicationFactor", 1),
+    )
+
+
+def same_tables(declared: DatasetSchema, stored: DatasetSchema) -> list[str]:
+    """Differences that matter between the spec and an existing catalog entry (label names may grow by ingest)."""
+    differences = []
+    for field in ("natural_keys", "encoding", "metadata", "with_metadata_by_uuid", "keyspace"):
+        if getattr(declared, field) != getattr(stored, field):
+            differences.append(f"{field}: spec {getattr(declared, field)} vs ring {getattr(stored, field)}")
+    if stored.label_names[: len(declared.label_names)] != declared.label_names:
+        differences.append(f"label names: spec {list(declared.label_names)} vs ring {list(stored.label_names)}")
+    return differences
+
+
+def ring_address(storage: dict, username: str | None = None, password: str | None = None) -> ClusterAddress:
+    external = storage["external"]
+    return ClusterAddress(tuple(external["contactPoints"]), external.get("port", 9042), username, password)
+
+
+def ring_key(storage: dict) -> str:
+    """Identity of a ring's address and credentials reference, to share one connection between Datasets."""
+    return json.dumps(storage.get("external"), sort_keys=True)
+
+
+def ingest_fingerprint(ingest: dict) -> str:
+    """Changes with spec.ingest and only with it: one ingest Job per distinct ingest spec."""
+    return hashlib.sha256(json.dumps(ingest, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def stats_status(info: DatasetInfo) -> dict:
+    """The status fields read from the catalog."""
+    schema = info.schema
+    return {
+        "samples": info.samples,
+        "bytes": info.bytes,
+        "labels": len(info.label_counts),
+        "labelCounts": [{"label": label, "name": schema.label_name(label), "samples": count}
+                        for label, count in sorted(info.label_counts.items())],
+    }
+
+
+def ingest_summary_status(summary: dict | None) -> dict:
+    """The last ingest's figures as `ringfeed ingest` recorded them in the catalog."""
+    if not summary:
+        return {}
+    return {
+        "ingested": summary.get("written", 0),
+        "rejected": sum((summary.get("rejected") or {}).values()),
+        "rowsPerSecond": round(summary.get("written", 0) / max(summary.get("seconds", 0), 1e-9), 1),
+    }

@@ -1,0 +1,360 @@
+"""kopf registrations: thin handlers that read the object, call the data plane and the pure builders, and write
+status through one Conditions helper.
+
+Every step is idempotent (CREATE IF NOT EXISTS, Jobs with deterministic names, catalog reads), so an operator killed
+at any point and restarted converges: kopf reruns an unfinished change handler, `resume` re-checks every object, and
+the timers are level-based (they look at the Job and the catalog, not at what happened before).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import re
+
+import kopf
+
+from ringfeed.errors import DatasetNotFound, RingfeedError
+from ringfeed.splits.spec import SplitError
+from ringfeed.splits.storage import list_splits
+
+from ringfeed_operator import kube, metrics
+from ringfeed_operator.conditions import Conditions, now_rfc3339
+from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
+                                        same_tables, stats_status)
+from ringfeed_operator.manifests import GROUP, VERSION, ingest_job, job_name, split_job
+from ringfeed_operator.rings import Rings, StorageNotSupported
+from ringfeed_operator.splits import split_arguments, split_spec, split_status
+
+DATASETS = (GROUP, VERSION, "datasets")
+SPLITS = (GROUP, VERSION, "splits")
+TRAINING_JOBS = (GROUP, VERSION, "trainingjobs")
+# Annotations and the finalizer carry Ringfeed's domain.
+ANNOTATION_PREFIX = "operator.ringfeed.io"
+FINALIZER = "ringfeed.io/protect"
+POLL_S = 5.0  # how often Jobs are looked at while they run
+PERMANENT_REASONS = frozenset({"InvalidSpec", "StorageNotSupported", "SchemaMismatch"})
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.finalizer = FINALIZER
+    settings.posting.level = 20  # events for INFO and above
+    memo.rings = Rings()
+
+
+@kopf.on.cleanup()
+def close_connections(memo: kopf.Memo, **_) -> None:
+    memo.rings.close()
+
+
+def counted(kind: str):
+    """Count handler runs by result in ringfeed_operator_reconciles_total."""
+    def decorate(handler):
+        @functools.wraps(handler)
+        def run(*args, **kwargs):
+            try:
+                result = handler(*args, **kwargs)
+            except kopf.TemporaryError:
+                metrics.RECONCILES.labels(kind, handler.__name__, "retry").inc()
+                raise
+            except Exception:
+                metrics.RECONCILES.labels(kind, handler.__name__, "error").inc()
+                raise
+            metrics.RECONCILES.labels(kind, handler.__name__, "ok").inc()
+            return result
+        return run
+    return decorate
+
+
+# -- Dataset ---------------------------------------------------------------------------------------------------------
+
+def _give_up(patch, conditions: Conditions, reason: str, message: str, permanent: bool, delay: float = 15):
+    """Record why the object is not Ready and end the handler: permanently (the spec must change) or to retry."""
+    conditions.set("Ready", False, reason, message)
+    patch.status["conditions"] = conditions.as_list()
+    if permanent:
+        raise kopf.PermanentError(message)
+    raise kopf.TemporaryError(message, delay=delay)
+
+
+def _open_store(memo, namespace: str, storage: dict, patch, conditions: Conditions):
+    try:
+        return memo.rings.store(namespace, storage)
+    except StorageNotSupported as error:
+        _give_up(patch, conditions, "StorageNotSupported", str(error), permanent=True)
+    except KeyError as error:
+        _give_up(patch, conditions, "SecretNotFound", str(error.args[0]), permanent=False)
+    except RingfeedError as error:
+        _give_up(patch, conditions, "RingUnreachable", str(error), permanent=False)
+
+
+@kopf.on.create(*DATASETS)
+@kopf.on.update(*DATASETS, field="spec")
+@kopf.on.resume(*DATASETS)
+@counted("Dataset")
+def reconcile_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict,
+                      memo: kopf.Memo, patch: kopf.Patch, **_) -> None:
+    """Tables exist and match the spec; the ingest Job of the current spec.ingest exists."""
+    conditions = Conditions(status.get("conditions"), meta["generation"])
+    try:
+        schema = dataset_schema(name, spec)
+    except RingfeedError as error:
+        _give_up(patch, conditions, "InvalidSpec", f"spec.schema: {error}", permanent=True)
+    store = _open_store(memo, namespace, spec["storage"], patch, conditions)
+    try:
+        existing = store.info(schema.name)
+    except DatasetNotFound:
+        existing = None
+    except RingfeedError as error:
+        memo.rings.forget(store)
+        _give_up(patch, conditions, "RingUnreachable", str(error), permanent=False)
+    if existing is None:
+        store.create_dataset(schema)
+        kopf.info(body, reason="TablesCreated",
+                  message=f"keyspace {schema.keyspace}: metadata_by_nat, data_by_uuid"
+                          + (", metadata_by_uuid" if schema.with_metadata_by_uuid else ""))
+    else:
+        differences = same_tables(schema, existing.schema)
+        if differences:
+            _give_up(patch, conditions, "SchemaMismatch",
+                     f"dataset {schema.name!r} exists on the ring with another schema: " + "; ".join(differences)
+                     + ". Set spec.keyspace to another name, or match the existing schema", permanent=True)
+        if status.get("keyspace") != schema.keyspace:
+            kopf.info(body, reason="TablesAdopted", message=f"dataset {schema.name!r} already on the ring: "
+                                                            f"{existing.samples:,} samples")
+    patch.status["keyspace"] = schema.keyspace
+
+    if spec.get("ingest"):
+        _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch)
+    _observe_dataset(name, namespace, spec, {**status, **patch.status}, meta, body, store, memo, patch, conditions,
+                     force_refresh=True)
+
+
+def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo, patch) -> None:
+    """The Job of the current spec.ingest exists, unless it already completed (a cleaned-up Job is not rerun)."""
+    fingerprint = ingest_fingerprint(spec["ingest"])
+    wanted = job_name(name, "ingest", fingerprint)
+    recorded = status.get("ingest") or {}
+    if recorded.get("jobName") == wanted and recorded.get("completedAt"):
+        return
+    _, created = kube.ensure_job(namespace, ingest_job(body, catalog, fingerprint, memo.jobs))
+    if created:
+        metrics.JOBS_CREATED.labels("ingest").inc()
+        kopf.info(body, reason="IngestStarted", message=f"Job {wanted}: ringfeed ingest "
+                                                        f"{spec['ingest']['source']['path']}")
+    if recorded.get("jobName") != wanted:
+        # A merge patch keeps keys it does not name: the previous ingest's figures are cleared explicitly.
+        patch.status["ingest"] = {"jobName": wanted, "generation": meta["generation"], "startedAt": now_rfc3339(),
+                                  "completedAt": None, "ingested": None, "rejected": None, "rowsPerSecond": None}
+
+
+@kopf.timer(*DATASETS, interval=POLL_S, initial_delay=POLL_S)
+@counted("Dataset")
+def watch_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict,
+                  memo: kopf.Memo, patch: kopf.Patch, **_) -> None:
+    """Follow the ingest Job, refresh the catalog figures every spec.refreshInterval, count the Splits."""
+    conditions = Conditions(status.get("conditions"), meta["generation"])
+    if not status.get("keyspace") or conditions.reason("Ready") in PERMANENT_REASONS:
+        return  # the change handler has not created the tables yet, or the spec must change first
+    try:
+        store = memo.rings.store(namespace, spec["storage"])
+    except (KeyError, RingfeedError, StorageNotSupported) as error:
+        conditions.set("Degraded", True, "RingUnreachable", str(error))
+        patch.status["conditions"] = conditions.as_list()
+        return
+    _observe_dataset(name, namespace, spec, status, meta, body, store, memo, patch, conditions)
+
+
+def _observe_dataset(name, namespace, spec, status, meta, body, store, memo, patch, conditions: Conditions,
+                     force_refresh: bool = False) -> None:
+    recorded = dict(status.get("ingest") or {})
+    job = recorded.get("jobName")
+    state = "none"
+    if spec.get("ingest") and job:
+        state = "succeeded" if recorded.get("completedAt") else kube.job_state(kube.read_job(namespace, job))
+    if state == "missing":  # deleted by hand before it finished: made again (ingest is idempotent)
+        _ensure_ingest(name, namespace, spec, {}, meta, body, catalog_name(name, spec), memo, patch)
+    just_finished = state == "succeeded" and not recorded.get("completedAt")
+
+    if state in ("running", "missing"):
+        conditions.set("Ingesting", True, "JobRunning", f"Job {job} is ingesting {spec['ingest']['source']['path']}")
+        conditions.set("Ready", False, "Ingesting", "waiting for the ingest Job to finish")
+    elif state == "failed":
+        if conditions.reason("Degraded") != "IngestFailed":
+            message = kube.job_failure(namespace, kube.read_job(namespace, job))
+            kopf.warn(body, reason="IngestFailed", message=f"Job {job}: {message}"[:1000])
+            conditions.set("Degraded", True, "IngestFailed", f"Job {job} failed: {message}")
+        conditions.set("Ingesting", False, "JobFailed", f"Job {job} failed")
+        conditions.set("Ready", False, "IngestFailed", "the ingest Job failed; see the Degraded condition")
+    else:
+        conditions.set("Ingesting", False, "Completed" if state == "succeeded" else "NoIngest",
+                       f"Job {job} completed" if state == "succeeded" else "spec.ingest is not set")
+        refresh = _refresh_stats(name, namespace, spec, status, store, memo, patch, conditions,
+                                 force_refresh or just_finished, recorded if just_finished else None)
+        if refresh != "failed":
+            conditions.set("Degraded", False, "AsExpected", "")
+            samples = patch.status.get("samples", status.get("samples")) or 0
+            conditions.set("Ready", True, "Ready", f"{samples:,} samples in keyspace {status.get('keyspace')}")
+        if just_finished and refresh == "done":
+            kopf.info(body, reason="IngestSucceeded",
+                      message=f"Job {job}: {patch.status['ingest'].get('ingested') or 0:,} samples written")
+
+    patch.status["splits"] = len(kube.referrers(namespace, "splits", lambda s: s.get("dataset"), name))
+    patch.status["conditions"] = conditions.as_list()
+    patch.status["observedGeneration"] = meta["generation"]
+    metrics.DATASET_READY.labels(namespace, name).set(1 if conditions.is_true("Ready") else 0)
+
+
+def _refresh_stats(name, namespace, spec, status, store, memo, patch, conditions: Conditions, force: bool,
+                   finished_ingest: dict | None) -> str:
+    """Catalog figures into status when forced or older than spec.refreshInterval → done | skipped | failed."""
+    last = status.get("lastRefreshTime")
+    if not force and last and (dt.datetime.now(dt.timezone.utc) - _parse_time(last)).total_seconds() < \
+            _seconds(spec.get("refreshInterval", "60s")):
+        return "skipped"
+    try:
+        info = store.info(catalog_name(name, spec))
+    except RingfeedError as error:
+        memo.rings.forget(store)
+        conditions.set("Degraded", True, "RingUnreachable", f"cannot read the catalog: {error}")
+        return "failed"
+    patch.status.update(stats_status(info))
+    patch.status["lastRefreshTime"] = now_rfc3339()
+    if finished_ingest is not None:
+        patch.status["ingest"] = {**finished_ingest, "completedAt": now_rfc3339(),
+                                  **ingest_summary_status(info.last_ingest)}
+    metrics.DATASET_SAMPLES.labels(namespace, name).set(info.samples)
+    metrics.DATASET_BYTES.labels(namespace, name).set(info.bytes)
+    return "done"
+
+
+@kopf.on.delete(*DATASETS)
+@counted("Dataset")
+def delete_dataset(name: str, namespace: str, spec: dict, status: dict, body: dict, memo: kopf.Memo, **_) -> None:
+    """Refuse while Splits use the Dataset; then drop the tables when deletionPolicy is Delete."""
+    splits = kube.referrers(namespace, "splits", lambda s: s.get("dataset"), name)
+    if splits:
+        message = f"Dataset {name} is used by Split(s) {', '.join(splits)}: delete them first"
+        kopf.warn(body, reason="DeletionBlocked", message=message)
+        raise kopf.TemporaryError(message, delay=10)
+    if spec.get("deletionPolicy", "Retain") != "Delete" or not status.get("keyspace"):
+        return
+    try:
+        store = memo.rings.store(namespace, spec["storage"])
+        store.drop_dataset(catalog_name(name, spec))
+    except DatasetNotFound:
+        return
+    except (KeyError, RingfeedError) as error:
+        message = f"deletionPolicy Delete: cannot drop keyspace {status['keyspace']}: {error}"
+        kopf.warn(body, reason="DeleteFailed", message=message)
+        raise kopf.TemporaryError(message, delay=15)
+    kopf.info(body, reason="TablesDropped", message=f"keyspace {status['keyspace']} dropped (deletionPolicy Delete)")
+
+
+# -- Split -----------------------------------------------------------------------------------------------------------
+
+def _ready_dataset(namespace: str, split_spec_: dict, patch, conditions: Conditions) -> dict:
+    dataset = kube.read_object(namespace, "datasets", split_spec_["dataset"])
+    if dataset is None:
+        _give_up(patch, conditions, "DatasetNotFound", f"Dataset {split_spec_['dataset']} does not exist in "
+                                                       f"namespace {namespace}", permanent=False, delay=10)
+    ready = Conditions((dataset.get("status") or {}).get("conditions"), 0)
+    if not ready.is_true("Ready"):
+        _give_up(patch, conditions, "DatasetNotReady", f"waiting for Dataset {split_spec_['dataset']} to be Ready "
+                 f"({ready.reason('Ready') or 'not reconciled yet'})", permanent=False, delay=10)
+    return dataset
+
+
+@kopf.on.create(*SPLITS)
+@kopf.on.resume(*SPLITS)
+@counted("Split")
+def reconcile_split(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict,
+                    memo: kopf.Memo, patch: kopf.Patch, **_) -> None:
+    """Launch the split Job once the Dataset is Ready (a Split's spec never changes: the schema forbids it)."""
+    conditions = Conditions(status.get("conditions"), meta["generation"])
+    if status.get("contentHash"):
+        return
+    try:
+        parameters = split_spec(spec)
+    except SplitError as error:
+        _give_up(patch, conditions, "InvalidSpec", str(error), permanent=True)
+    _ensure_split_job(namespace, spec, body, parameters, memo, patch, conditions)
+    patch.status["observedGeneration"] = meta["generation"]
+
+
+def _ensure_split_job(namespace, spec, body, parameters, memo, patch, conditions: Conditions) -> None:
+    dataset = _ready_dataset(namespace, spec, patch, conditions)
+    manifest = split_job(body, dataset, catalog_name(dataset["metadata"]["name"], dataset["spec"]),
+                         split_arguments(parameters), memo.jobs)
+    _, created = kube.ensure_job(namespace, manifest)
+    if created:
+        metrics.JOBS_CREATED.labels("split").inc()
+        kopf.info(body, reason="SplitStarted", message=f"Job {manifest['metadata']['name']}: {parameters.describe()}")
+    patch.status["jobName"] = manifest["metadata"]["name"]
+    conditions.set("Ready", False, "Computing", f"Job {manifest['metadata']['name']} is computing the split")
+    patch.status["conditions"] = conditions.as_list()
+
+
+@kopf.timer(*SPLITS, interval=POLL_S, initial_delay=POLL_S,
+            when=lambda status, **_: bool(status.get("jobName")) and not status.get("contentHash"))
+@counted("Split")
+def watch_split(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: kopf.Memo,
+                patch: kopf.Patch, **_) -> None:
+    """When the split Job ends: the stored split's figures into status, or why it failed."""
+    conditions = Conditions(status.get("conditions"), meta["generation"])
+    job = kube.read_job(namespace, status["jobName"])
+    state = kube.job_state(job)
+    if state == "failed" and conditions.reason("Ready") != "Failed":
+        message = kube.job_failure(namespace, job)
+        kopf.warn(body, reason="SplitFailed", message=message[:1000])
+        conditions.set("Ready", False, "Failed", f"Job {status['jobName']} failed: {message}")
+    elif state == "missing":  # deleted by hand before it finished: made again
+        _ensure_split_job(namespace, spec, body, split_spec(spec), memo, patch, conditions)
+    elif state == "succeeded":
+        dataset = kube.read_object(namespace, "datasets", spec["dataset"])
+        if dataset is None:
+            conditions.set("Ready", False, "DatasetNotFound", f"Dataset {spec['dataset']} was deleted")
+        else:
+            store = _open_store(memo, namespace, dataset["spec"]["storage"], patch, conditions)
+            parameters = split_spec(spec)
+            versions = [s for s in list_splits(store, catalog_name(spec["dataset"], dataset["spec"]), name)
+                        if s.spec == parameters]
+            if not versions:
+                conditions.set("Ready", False, "Failed", "the Job succeeded but no stored split matches the spec")
+            else:
+                stored = max(versions, key=lambda s: s.version)
+                patch.status.update(split_status(stored))
+                for part, samples in stored.part_sizes.items():
+                    metrics.SPLIT_SAMPLES.labels(namespace, name, part).set(samples)
+                conditions.set("Ready", True, "Computed", f"version {stored.version}: {stored.samples:,} samples, "
+                                                          f"hash {stored.content_hash[:12]}")
+                kopf.info(body, reason="SplitComputed",
+                          message=", ".join(f"{p} {n:,}" for p, n in stored.part_sizes.items()))
+    patch.status["conditions"] = conditions.as_list()
+
+
+@kopf.on.delete(*SPLITS)
+@counted("Split")
+def delete_split(name: str, namespace: str, body: dict, **_) -> None:
+    """Refuse while TrainingJobs use the Split. Stored versions stay in the ring (immutable, small, reproducible)."""
+    jobs = kube.referrers(namespace, "trainingjobs", lambda s: (s.get("split") or {}).get("name"), name)
+    if jobs:
+        message = f"Split {name} is used by TrainingJob(s) {', '.join(jobs)}: delete them first"
+        kopf.warn(body, reason="DeletionBlocked", message=message)
+        raise kopf.TemporaryError(message, delay=10)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+)(h|m|s)")
+
+
+def _seconds(duration: str) -> float:
+    return sum(int(n) * {"h": 3600, "m": 60, "s": 1}[unit] for n, unit in _DURATION.findall(duration)) or 60
+
+
+def _parse_time(text: str) -> dt.datetime:
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)

@@ -1,0 +1,195 @@
+"""The operator's pure parts: conditions, spec → data-plane objects, Job manifests, status from stored results."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import uuid
+
+import numpy as np
+import pytest
+
+from ringfeed.cli.splits import split_create, spec_from_options
+from ringfeed.errors import RingfeedError
+from ringfeed.schema import Column, DatasetSchema, Encoding
+from ringfeed.splits import SplitSpec
+from ringfeed.splits.engine import compute_split
+from ringfeed.splits.spec import Filter
+from ringfeed.splits.storage import StoredSplit
+from ringfeed.store import DatasetInfo
+from ringfeed.table import ColumnarTable
+
+from ringfeed_operator.conditions import Conditions
+from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
+                                        same_tables, stats_status)
+from ringfeed_operator.manifests import ingest_job, job_name, split_job
+from ringfeed_operator.settings import JobSettings
+from ringfeed_operator.splits import split_arguments, split_spec, split_status
+
+DATASET = {
+    "apiVersion": "ringfeed.io/v1alpha1", "kind": "Dataset",
+    "metadata": {"name": "tumour-slides", "namespace": "ml", "uid": "0b6f1c2e-1111-2222-3333-444455556666",
+                 "generation": 3},
+    "spec": {
+        "storage": {"external": {"contactPoints": ["cass-0.db", "cass-1.db"], "port": 9142,
+                                 "credentialsSecret": {"name": "cass", "usernameKey": "user",
+                                                       "passwordKey": "pass"}}},
+        "schema": {"naturalKeys": [{"name": "patient_id", "type": "text"}, {"name": "slide", "type": "int"}],
+                   "metadata": [{"name": "scanner", "type": "text"}],
+                   "encoding": {"kind": "jpeg"}, "labelNames": ["normal", "tumor"], "metadataByUuid": True},
+        "replication": {"replicationFactor": 2},
+        "ingest": {"source": {"volume": {"persistentVolumeClaim": {"claimName": "raw"}}, "path": "slides/v1"},
+                   "format": "imagefolder", "workers": 4, "concurrency": 32, "fullDecode": True},
+    },
+}
+SETTINGS = JobSettings(image="registry.example/ringfeed/dataplane:9", host_network=True)
+
+
+def test_conditions_keep_transition_time_until_the_status_changes():
+    conditions = Conditions(None, generation=1)
+    conditions.set("Ready", False, "Ingesting", "waiting")
+    first = conditions.get("Ready")["lastTransitionTime"]
+    again = Conditions(conditions.as_list(), generation=2)
+    again.set("Ready", False, "Ingesting", "still waiting")
+    assert again.get("Ready")["lastTransitionTime"] == first
+    assert again.get("Ready")["observedGeneration"] == 2 and again.get("Ready")["message"] == "still waiting"
+    again.set("Ready", True, "Ready", "done")
+    assert again.is_true("Ready") and again.reason("Ready") == "Ready"
+    again.set("Degraded", None, "Unknown")
+    assert [c["type"] for c in again.as_list()] == ["Degraded", "Ready"]
+    assert again.get("Degraded")["status"] == "Unknown"
+
+
+def test_dataset_spec_becomes_the_data_plane_schema():
+    schema = dataset_schema("tumour-slides", DATASET["spec"])
+    assert schema == DatasetSchema("tumour_slides", (Column("patient_id", "text"), Column("slide", "int")),
+                                   Encoding("jpeg"), (Column("scanner", "text"),), ("normal", "tumor"), True, 2)
+    assert catalog_name("tumour-slides", {**DATASET["spec"], "keyspace": "slides_v2"}) == "slides_v2"
+    raw = copy.deepcopy(DATASET["spec"])
+    raw["schema"]["encoding"] = {"kind": "raw", "dtype": "float32", "shape": [1, 64, 64]}
+    assert dataset_schema("t", raw).encoding == Encoding("raw", "float32", (1, 64, 64))
+    bad = copy.deepcopy(DATASET["spec"])
+    bad["schema"]["naturalKeys"] = [{"name": "score", "type": "double"}]
+    with pytest.raises(RingfeedError, match="natural key 'score' must be one of text, int, bigint"):
+        dataset_schema("t", bad)
+
+
+def test_existing_tables_match_when_only_class_names_grew():
+    declared = dataset_schema("tumour-slides", DATASET["spec"])
+    grown = DatasetSchema(declared.name, declared.natural_keys, declared.encoding, declared.metadata,
+                          ("normal", "tumor", "stroma"), True, 1)
+    assert same_tables(declared, grown) == []  # labels appended by an ingest; RF is the keyspace's business
+    renumbered = DatasetSchema(declared.name, declared.natural_keys, declared.encoding, declared.metadata,
+                               ("tumor", "normal"))
+    assert same_tables(declared, renumbered) == ["label names: spec ['normal', 'tumor'] vs ring ['tumor', 'normal']"]
+    other_keys = DatasetSchema(declared.name, declared.natural_keys[:1], declared.encoding, declared.metadata)
+    assert same_tables(declared, other_keys)[0].startswith("natural_keys:")
+
+
+def test_ingest_fingerprint_changes_with_the_ingest_spec_only():
+    ingest = DATASET["spec"]["ingest"]
+    assert ingest_fingerprint(ingest) == ingest_fingerprint(copy.deepcopy(ingest))
+    assert ingest_fingerprint(ingest) != ingest_fingerprint({**ingest, "workers": 5})
+    assert len(ingest_fingerprint(ingest)) == 8
+
+
+def test_ingest_job_runs_ringfeed_ingest_with_the_spec_and_the_secret():
+    job = ingest_job(DATASET, "tumour_slides", "abcd1234", SETTINGS)
+    assert job["metadata"]["name"] == "tumour-slides-ingest-abcd1234"
+    assert job["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "ringfeed.io/v1alpha1", "kind": "Dataset", "name": "tumour-slides",
+        "uid": DATASET["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    pod = job["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["restartPolicy"] == "Never"
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = pod["containers"][0]
+    assert container["image"] == "registry.example/ringfeed/dataplane:9"
+    assert container["args"] == ["ingest", "tumour_slides", "/data/slides/v1", "--format=imagefolder",
+                                 "--path-column=path", "--label-column=label", "--workers=4", "--concurrency=32",
+                                 "--max-sample-mb=64", "--consistency=ONE", "--full-decode"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RINGFEED_HOSTS"]["value"] == "cass-0.db,cass-1.db" and env["RINGFEED_PORT"]["value"] == "9142"
+    assert env["RINGFEED_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "cass", "key": "pass"}}
+    assert {"name": "source", "persistentVolumeClaim": {"claimName": "raw"}} in pod["volumes"]
+    assert {"name": "source", "mountPath": "/data", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]  # read-only root file system
+
+
+def test_job_names_fit_a_label_value():
+    name = job_name("d" * 70, "ingest", "abcd1234")
+    assert len(name) <= 63 and name.endswith("-ingest-abcd1234")
+    assert job_name("a-b-", "split", "x") == "a-b-split-x"
+
+
+SPLIT = {"dataset": "tumour-slides", "ratios": [7, 2, 1], "names": ["train", "val", "test"],
+         "groupBy": ["patient_id"], "balance": {"mode": "weights", "weights": {"tumor": 2, "normal": 1}},
+         "maxSamples": 1000, "maxPerPart": {"val": 100, "test": 50},
+         "filters": [{"column": "scanner", "operator": "in", "values": ["aperio", "leica gt450"]},
+                     {"column": "slide", "operator": "<", "values": ["5"]}],
+         "seed": 42}
+
+
+@pytest.mark.parametrize("spec", [
+    SPLIT,
+    {"dataset": "d", "folds": 5, "groupBy": ["patient_id"], "balance": {"mode": "equal"}},
+    {"dataset": "d", "ratios": [8, 2]},
+    {"dataset": "d", "ratios": [1], "filters": [{"column": "scanner", "operator": "==", "values": ["it's"]}]},
+], ids=["everything", "folds", "defaults", "quote-in-value"])
+def test_split_job_options_reproduce_the_spec_exactly(spec):
+    """The Job's `ringfeed split create` options, parsed by the real CLI, give the operator's SplitSpec."""
+    wanted = split_spec(spec)
+    params = split_create.make_context("create", ["dataset", "name", *split_arguments(wanted)]).params
+    del params["dataset"], params["name"]
+    assert spec_from_options(**params) == wanted
+
+
+def test_split_spec_values_take_their_written_types():
+    spec = split_spec(SPLIT)
+    assert spec.filters == (Filter("scanner", "in", ("aperio", "leica gt450")), Filter("slide", "<", (5,)))
+    assert spec.balance == (("normal", 1), ("tumor", 2)) and spec.max_per_part == (("test", 50), ("val", 100))
+    assert split_spec({"dataset": "d", "folds": 3}).names == ("fold0", "fold1", "fold2")
+
+
+def test_split_job_is_owned_by_the_split_and_reads_the_dataset_ring():
+    split = {"apiVersion": "ringfeed.io/v1alpha1", "kind": "Split",
+             "metadata": {"name": "by-patient", "uid": "9f00aa11-2222-3333-4444-555566667777"}, "spec": SPLIT}
+    job = split_job(split, DATASET, "tumour_slides", ["--ratios=7,2,1"], SETTINGS)
+    assert job["metadata"]["name"] == "by-patient-split-9f00aa11"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "Split"
+    assert job["metadata"]["labels"]["ringfeed.io/dataset"] == "tumour-slides"
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["split", "create", "tumour_slides", "by-patient", "--ratios=7,2,1"]
+    assert {e["name"] for e in container["env"]} == {"RINGFEED_HOSTS", "RINGFEED_PORT", "RINGFEED_USERNAME",
+                                                     "RINGFEED_PASSWORD"}
+
+
+def test_split_status_carries_the_engines_figures():
+    rng = np.random.default_rng(0)
+    uuids = np.frombuffer(b"".join(uuid.UUID(int=int(i) + 1).bytes for i in range(200)), np.uint8).reshape(-1, 16)
+    table = ColumnarTable({"uuid": uuids, "label": rng.integers(0, 2, 200), "sample_bytes": np.full(200, 10),
+                           "patient_id": np.array([f"p{i % 20}" for i in range(200)], dtype=object)})
+    spec = SplitSpec(ratios=(7, 2, 1), group_by=("patient_id",), seed=1)
+    result = compute_split(table, spec, ("normal", "tumor"))
+    stored = StoredSplit("d", "s", 2, uuid.uuid4(), dt.datetime(2026, 11, 21, 12, 0, 5), spec, result.stats,
+                         result.content_hash, {k: len(v) for k, v in result.parts.items()})
+    status = split_status(stored)
+    assert status["version"] == 2 and status["contentHash"] == result.content_hash
+    assert status["computedAt"] == "2026-11-21T12:00:05Z" and status["samples"] == 200 == status["scanned"]
+    assert [p["name"] for p in status["parts"]] == ["train", "val", "test"]
+    assert sum(p["groups"] for p in status["parts"]) == 20 == status["groups"]
+    for part, stats in zip(status["parts"], result.stats["parts"], strict=True):
+        assert part["samples"] == len(result.parts[part["name"]]) == stats["samples"]
+        assert part["bytes"] == 10 * part["samples"]
+        assert {(c["name"], c["samples"]) for c in part["labels"]} == {
+            (("normal", "tumor")[int(label)], counts["samples"]) for label, counts in stats["labels"].items()}
+
+
+def test_dataset_status_from_the_catalog():
+    schema = dataset_schema("tumour-slides", DATASET["spec"])
+    info = DatasetInfo(schema, None, 30, 3000, {0: 10, 1: 20}, {0: 1000, 1: 2000}, None,
+                       {"written": 30, "rejected": {"truncated": 2, "unreadable": 1}, "seconds": 2.0})
+    assert stats_status(info) == {"samples": 30, "bytes": 3000, "labels": 2, "labelCounts": [
+        {"label": 0, "name": "normal", "samples": 10}, {"label": 1, "name": "tumor", "samples": 20}]}
+    assert ingest_summary_status(info.last_ingest) == {"ingested": 30, "rejected": 3, "rowsPerSecond": 15.0}
+    assert ingest_summary_status(None) == {}
