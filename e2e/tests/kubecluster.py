@@ -26,6 +26,7 @@ class Cluster:
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.apps = client.AppsV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
         self.node = self.core.list_node().items[0].metadata.name
 
     @staticmethod

@@ -1,0 +1,378 @@
+"""The chart and the operator on the real local cluster, against a real Cassandra node.
+
+One release of charts/ringfeed (e2e/values-local.yaml: locally built images, hostNetwork) serves the module; the
+Cassandra node (127.0.40.1) is reached by the operator and its Jobs through the node's network namespace. The
+samples come from a hostPath folder: a CSV manifest of small JPEGs (6 patients × 2 classes) and one corrupt file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from kubecluster import REPO, Cluster
+
+from ringfeed.connection import ClusterAddress
+from ringfeed.local import LocalRing, RingSettings
+from ringfeed.splits import SplitSpec, load_split
+from ringfeed.splits.engine import compute_split
+from ringfeed.store import Store
+
+CHART = REPO / "charts" / "ringfeed"
+LOCAL_VALUES = REPO / "e2e" / "values-local.yaml"
+RELEASE, SYSTEM = "ringfeed", "ringfeed-system"
+GROUP, VERSION = "ringfeed.io", "v1alpha1"
+CRDS = ("datasets.ringfeed.io", "splits.ringfeed.io", "trainingjobs.ringfeed.io")
+PATIENTS, PER_PATIENT = 6, 5  # per class
+STATE = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test"))
+
+
+# -- fixtures ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ring():
+    """A Cassandra node on 127.0.40.1, reachable from hostNetwork Pods."""
+    local = LocalRing(STATE / "e2e-ring", RingSettings(cluster_name="ringfeed-e2e", address_prefix="127.0.40.",
+                                                       jmx_base=7600, heap="768M", ring_delay_ms=1000))
+    local.down(purge=True)
+    local = LocalRing(STATE / "e2e-ring", RingSettings(cluster_name="ringfeed-e2e", address_prefix="127.0.40.",
+                                                       jmx_base=7600, heap="768M", ring_delay_ms=1000))
+    local.up(1)
+    try:
+        yield local
+    finally:
+        local.down(purge=True)
+
+
+@pytest.fixture(scope="module")
+def store(ring):
+    with Store(ClusterAddress(tuple(ring.hosts))) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """/tmp/…/samples: manifest.csv (path, label, patient_id) + JPEGs, readable by the images' user 10001."""
+    from PIL import Image
+
+    root = Path(tmp_path_factory.mktemp("e2e-source")) / "samples"
+    root.mkdir()
+    rng = np.random.default_rng(3)
+    rows = []
+    for label in (0, 1):
+        for patient in range(PATIENTS):
+            for index in range(PER_PATIENT):
+                name = f"c{label}_p{patient}_{index}.jpg"
+                pixels = rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / name, quality=80)
+                rows.append((name, label, f"P{patient:02d}"))
+    (root / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    rows.append(("corrupt.jpg", 1, "P99"))
+    with open(root / "manifest.csv", "w", newline="") as f:
+        csv.writer(f).writerows([("path", "label", "patient_id"), *rows])
+    for folder in (root, *root.parents[:3]):
+        folder.chmod(0o755)
+    for file in root.iterdir():
+        file.chmod(0o644)
+    return root
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster):
+    """The chart installed with the local values; uninstalled (and its CRDs removed) at the end."""
+    cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM, "--create-namespace", "-f", str(LOCAL_VALUES),
+                 "--wait", "--timeout", "180s", timeout=240)
+    try:
+        yield RELEASE
+    finally:
+        cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", check=False, timeout=180)
+        cluster.kubectl("delete", "crd", *CRDS, "--ignore-not-found", "--wait=true", check=False, timeout=120)
+        cluster.kubectl("delete", "namespace", SYSTEM, "--ignore-not-found", "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def ns(cluster: Cluster, release, request):
+    name = f"e2e-operator-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.wait("default ServiceAccount", lambda: cluster.core.list_namespaced_service_account(
+        name, field_selector="metadata.name=default").items)
+    yield name
+    if request.session.testsfailed:
+        from conftest import ARTIFACTS
+
+        cluster.dump(name, ARTIFACTS / "test_operator")
+        cluster.dump(SYSTEM, ARTIFACTS / "test_operator-system")
+    # Splits before Datasets: the deletion guards would hold the Datasets otherwise.
+    for plural in ("trainingjobs", "splits", "datasets"):
+        cluster.kubectl("delete", plural, "--all", "-n", name, "--wait=true", "--timeout=120s", check=False,
+                        timeout=150)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+# -- helpers -----------------------------------------------------------------------------------------------------
+
+def dataset_manifest(name: str, ring: LocalRing, source: Path, **spec) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Dataset", "metadata": {"name": name},
+        "spec": {
+            "storage": {"external": {"contactPoints": list(ring.hosts),
+                                     "credentialsSecret": {"name": "ring-credentials"}}},
+            "schema": {"naturalKeys": [{"name": "path", "type": "text"}],
+                       "metadata": [{"name": "patient_id", "type": "text"}],
+                       "encoding": {"kind": "jpeg"}, "labelNames": ["normal", "tumor"]},
+            "ingest": {"source": {"volume": {"hostPath": {"path": str(source), "type": "Directory"}},
+                                  "path": "manifest.csv"},
+                       "format": "manifest", "workers": 2, "concurrency": 16},
+            **spec,
+        },
+    }
+
+
+def create(cluster: Cluster, ns: str, plural: str, body: dict) -> dict:
+    return cluster.custom.create_namespaced_custom_object(GROUP, VERSION, ns, plural, body)
+
+
+def get(cluster: Cluster, ns: str, plural: str, name: str) -> dict | None:
+    try:
+        return cluster.custom.get_namespaced_custom_object(GROUP, VERSION, ns, plural, name)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def condition(obj: dict | None, type_: str) -> dict:
+    for item in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if item["type"] == type_:
+            return item
+    return {}
+
+
+def wait_ready(cluster: Cluster, ns: str, plural: str, name: str, timeout_s: float = 180) -> dict:
+    def ready():
+        obj = get(cluster, ns, plural, name)
+        ready_condition = condition(obj, "Ready")
+        if ready_condition.get("reason") in ("InvalidSpec", "Failed", "IngestFailed", "SchemaMismatch"):
+            raise AssertionError(f"{plural}/{name} failed: {ready_condition}")
+        return obj if ready_condition.get("status") == "True" else None
+    return cluster.wait(f"{plural}/{name} Ready", ready, timeout_s)
+
+
+def events(cluster: Cluster, ns: str, name: str) -> list:
+    return [e for e in cluster.core.list_namespaced_event(ns).items if e.involved_object.name == name]
+
+
+def expected_counts(source: Path) -> dict[int, int]:
+    with open(source / "manifest.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["path"] != "corrupt.jpg"]
+    return {label: sum(1 for r in rows if int(r["label"]) == label) for label in (0, 1)}
+
+
+# -- the chart ---------------------------------------------------------------------------------------------------
+
+def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
+    cluster.helm("lint", "--strict", str(CHART), "-f", str(LOCAL_VALUES))
+    rendered = cluster.helm("template", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(LOCAL_VALUES)).stdout
+    documents = [d for d in yaml.safe_load_all(rendered) if d]
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in documents}
+    assert {("CustomResourceDefinition", crd) for crd in CRDS} <= kinds
+    assert ("Deployment", "ringfeed") in kinds and ("ServiceAccount", "ringfeed") in kinds
+    for crd in (d for d in documents if d["kind"] == "CustomResourceDefinition"):
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    for role in (d for d in documents if d["kind"] in ("ClusterRole", "Role")):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{role['metadata']['name']}: wildcard in {field}"
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert "--job-image=localhost/ringfeed/dataplane:0.1.0" in pod["containers"][0]["args"]
+    # A namespaced install binds the same rules per watched namespace instead of cluster-wide.
+    scoped = cluster.helm("template", RELEASE, str(CHART), "-n", SYSTEM, "--set",
+                          "operator.watchNamespaces={team-a,team-b}").stdout
+    bindings = [d for d in yaml.safe_load_all(scoped) if d and d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert sorted((d["kind"], d["metadata"].get("namespace", "")) for d in bindings) == [
+        ("ClusterRoleBinding", ""), ("RoleBinding", "team-a"), ("RoleBinding", "team-b")]
+    bad = cluster.helm("template", RELEASE, str(CHART), "--set", "operator.metricsPort=0", check=False)
+    assert bad.returncode != 0 and "metricsPort" in bad.stderr
+
+
+def test_install_brings_the_operator_up(cluster: Cluster, release):
+    status = cluster.helm("status", RELEASE, "-n", SYSTEM).stdout
+    assert "STATUS: deployed" in status and "kubectl explain dataset.spec" in status  # NOTES.txt
+    deployment = cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM)
+    assert deployment.status.available_replicas == 1
+    for crd in CRDS:
+        established = cluster.kubectl("get", "crd", crd, "-o",
+                                      "jsonpath={.status.conditions[?(@.type=='Established')].status}").stdout
+        assert established == "True"
+    # The operator's own endpoints answer on the node (hostNetwork, bound to 127.0.0.1).
+    import urllib.request
+
+    assert urllib.request.urlopen("http://127.0.0.1:28080/healthz", timeout=5).status == 200
+    metrics = urllib.request.urlopen("http://127.0.0.1:29090/metrics", timeout=5).read().decode()
+    assert "ringfeed_operator_reconciles_total" in metrics
+
+
+# -- Dataset and Split -------------------------------------------------------------------------------------------
+
+def test_dataset_ingests_and_becomes_ready(cluster: Cluster, ns: str, ring, store, source):
+    cluster.kubectl("create", "secret", "generic", "ring-credentials", "-n", ns, "--from-literal=username=cassandra",
+                    "--from-literal=password=cassandra")
+    create(cluster, ns, "datasets", dataset_manifest("slides", ring, source))
+    dataset = wait_ready(cluster, ns, "datasets", "slides")
+    counts = expected_counts(source)
+    status = dataset["status"]
+    assert status["keyspace"] == "slides"
+    assert status["samples"] == sum(counts.values()) and status["labels"] == 2
+    assert status["labelCounts"] == [{"label": 0, "name": "normal", "samples": counts[0]},
+                                     {"label": 1, "name": "tumor", "samples": counts[1]}]
+    assert status["ingest"]["ingested"] == sum(counts.values()) and status["ingest"]["rejected"] == 1
+    assert condition(dataset, "Ingesting")["reason"] == "Completed"
+    assert condition(dataset, "Degraded")["status"] == "False"
+    # The ring holds what the status says.
+    info = store.info("slides")
+    assert (info.samples, info.label_counts) == (status["samples"], counts)
+    assert store.count_rows("slides", "data_by_uuid") == sum(counts.values())
+    reasons = [e.reason for e in events(cluster, ns, "slides")]
+    assert {"TablesCreated", "IngestStarted", "IngestSucceeded"} <= set(reasons)
+    jobs = cluster.batch.list_namespaced_job(ns, label_selector="ringfeed.io/dataset=slides").items
+    assert len(jobs) == 1
+    env = {e.name: e for e in jobs[0].spec.template.spec.containers[0].env}
+    assert env["RINGFEED_USERNAME"].value_from.secret_key_ref.name == "ring-credentials"
+    table = cluster.kubectl("get", "datasets", "-n", ns).stdout
+    header, row = table.splitlines()[:2]
+    assert header.split()[:4] == ["NAME", "READY", "SAMPLES", "LABELS"]
+    assert row.split()[:4] == ["slides", "True", str(sum(counts.values())), "2"]
+
+
+def test_split_is_computed_with_the_engines_figures_and_is_immutable(cluster: Cluster, ns: str, store):
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": "by-patient"},
+            "spec": {"dataset": "slides", "ratios": [2, 1, 1], "groupBy": ["patient_id"], "seed": 7}}
+    create(cluster, ns, "splits", body)
+    split = wait_ready(cluster, ns, "splits", "by-patient")
+    status = split["status"]
+    stored = load_split(store, "slides", "by-patient")
+    # The engine on the same metadata, here in the test, gives the same assignment.
+    table = store.scan("slides", "metadata_by_nat", ["uuid", "label", "sample_bytes", "patient_id"])
+    expected = compute_split(table, SplitSpec(ratios=(2, 1, 1), group_by=("patient_id",), seed=7),
+                             ("normal", "tumor"))
+    assert status["contentHash"] == stored.content_hash == expected.content_hash
+    assert status["version"] == stored.version and status["splitId"] == str(stored.split_id)
+    assert status["samples"] == sum(len(p) for p in expected.parts.values())
+    assert status["groups"] == expected.stats["groups"] == PATIENTS
+    for part, stats in zip(status["parts"], expected.stats["parts"], strict=True):
+        assert (part["name"], part["samples"], part["target"], part["groups"], part["bytes"]) == (
+            stats["name"], stats["samples"], stats["target"], stats["groups"], stats["bytes"])
+        assert {c["name"]: c["samples"] for c in part["labels"]} == {
+            ("normal", "tumor")[int(label)]: counts["samples"] for label, counts in stats["labels"].items()}
+    assert {e.reason for e in events(cluster, ns, "by-patient")} >= {"SplitStarted", "SplitComputed"}
+    # Immutable: the schema refuses an edit of a parameter, with a message saying what to do.
+    patch = cluster.kubectl("patch", "split", "by-patient", "-n", ns, "--type=merge", "-p",
+                            json.dumps({"spec": {"seed": 8}}), check=False)
+    assert patch.returncode != 0 and "immutable" in patch.stderr
+    assert get(cluster, ns, "splits", "by-patient")["spec"]["seed"] == 7
+    columns = cluster.kubectl("get", "splits", "-n", ns).stdout.splitlines()
+    assert columns[0].split()[:3] == ["NAME", "READY", "DATASET"] and columns[1].split()[:3] == [
+        "by-patient", "True", "slides"]
+
+
+def test_deletion_guards_hold_until_references_are_gone(cluster: Cluster, ns: str, ring, source, store):
+    create(cluster, ns, "datasets", dataset_manifest("scratch", ring, source, deletionPolicy="Delete"))
+    wait_ready(cluster, ns, "datasets", "scratch")
+    create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split",
+                                   "metadata": {"name": "scratch-halves"},
+                                   "spec": {"dataset": "scratch", "ratios": [1, 1]}})
+    wait_ready(cluster, ns, "splits", "scratch-halves")
+    trainer = yaml.safe_load((REPO / "crds" / "samples" / "trainingjob.yaml").read_text())
+    trainer["metadata"] = {"name": "scratch-trainer"}
+    trainer["spec"]["split"] = {"name": "scratch-halves", "part": "train"}
+    create(cluster, ns, "trainingjobs", trainer)
+
+    cluster.kubectl("delete", "dataset", "scratch", "-n", ns, "--wait=false")
+    cluster.kubectl("delete", "split", "scratch-halves", "-n", ns, "--wait=false")
+    blocked = cluster.wait("DeletionBlocked events", lambda: {
+        e.involved_object.name: e.message for e in cluster.core.list_namespaced_event(ns).items
+        if e.reason == "DeletionBlocked"}.keys() >= {"scratch", "scratch-halves"}, timeout_s=60)
+    assert blocked
+    messages = {e.involved_object.name: e.message for e in cluster.core.list_namespaced_event(ns).items
+                if e.reason == "DeletionBlocked"}
+    assert "used by Split(s) scratch-halves" in messages["scratch"]
+    assert "used by TrainingJob(s) scratch-trainer" in messages["scratch-halves"]
+    time.sleep(6)  # still there after a retry round
+    assert get(cluster, ns, "datasets", "scratch") and get(cluster, ns, "splits", "scratch-halves")
+    assert "scratch" in {i.schema.name for i in store.datasets()}
+
+    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "scratch-trainer")
+    cluster.wait("Split and Dataset gone", lambda: get(cluster, ns, "splits", "scratch-halves") is None
+                 and get(cluster, ns, "datasets", "scratch") is None, timeout_s=90)
+    # deletionPolicy Delete dropped the keyspace and the catalog entry; the other Dataset's tables are untouched.
+    assert "scratch" not in {i.schema.name for i in store.datasets()}
+    assert store.session.execute("SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
+                                 ("scratch",)).one() is None
+    assert store.info("slides").samples == sum(expected_counts(source).values())
+
+
+def test_operator_killed_mid_reconcile_converges(cluster: Cluster, ns: str, ring, source, store):
+    """Kill the operator right after the Dataset is created and again while its ingest Job runs: one Job, one
+    ingest, the same status as an undisturbed run."""
+    def operator_pod():
+        pods = cluster.core.list_namespaced_pod(SYSTEM, label_selector="app.kubernetes.io/component=operator").items
+        return next((p for p in pods if not p.metadata.deletion_timestamp), None)
+
+    def kill_operator():
+        victim = operator_pod().metadata.name
+        cluster.kubectl("delete", "pod", victim, "-n", SYSTEM, "--grace-period=0", "--force", "--wait=false")
+        cluster.wait("a new operator Pod ready", lambda: (pod := operator_pod()) and pod.metadata.name != victim
+                     and pod.status.container_statuses and pod.status.container_statuses[0].ready, timeout_s=120)
+
+    create(cluster, ns, "datasets", dataset_manifest("resilient", ring, source))
+    kill_operator()
+    cluster.wait("the ingest Job", lambda: cluster.batch.list_namespaced_job(
+        ns, label_selector="ringfeed.io/dataset=resilient").items, timeout_s=90)
+    kill_operator()
+    dataset = wait_ready(cluster, ns, "datasets", "resilient")
+    counts = expected_counts(source)
+    assert dataset["status"]["samples"] == sum(counts.values())
+    assert dataset["status"]["labelCounts"][1]["samples"] == counts[1]
+    jobs = cluster.batch.list_namespaced_job(ns, label_selector="ringfeed.io/dataset=resilient").items
+    assert len(jobs) == 1, [j.metadata.name for j in jobs]
+    # The ingest ran once: one Pod, succeeded (events queued by a killed operator may be lost, Jobs are not).
+    assert (jobs[0].status.succeeded, jobs[0].status.failed) == (1, None)
+    assert len(cluster.core.list_namespaced_pod(ns, label_selector=f"job-name={jobs[0].metadata.name}").items) == 1
+    reasons = [e.reason for e in events(cluster, ns, "resilient")]
+    assert reasons.count("IngestStarted") <= 1 and reasons.count("TablesCreated") <= 1
+    # kopf recorded the create as handled (no pending progress annotations left).
+    annotations = dataset["metadata"].get("annotations") or {}
+    assert "operator.ringfeed.io/last-handled-configuration" in annotations
+    assert not [key for key in annotations if key.startswith("operator.ringfeed.io/reconcile_dataset")]
+    assert store.count_rows("resilient", "data_by_uuid") == sum(counts.values())
+    assert dataset["status"]["observedGeneration"] == dataset["metadata"]["generation"]
+
+
+def test_upgrade_keeps_objects_and_uninstall_removes_the_operator(cluster: Cluster, ns: str, release):
+    cluster.helm("upgrade", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(LOCAL_VALUES), "--set",
+                 "operator.verbose=false", "--wait", "--timeout", "180s", timeout=240)
+    assert json.loads(cluster.helm("status", RELEASE, "-n", SYSTEM, "-o", "json").stdout)["version"] == 2
+    deployment = cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM)
+    assert "--verbose" not in deployment.spec.template.spec.containers[0].args
+    assert condition(wait_ready(cluster, ns, "datasets", "slides"), "Ready")["status"] == "True"
+
+    cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", timeout=180)
+    assert cluster.apps.list_namespaced_deployment(SYSTEM).items == []
+    assert cluster.helm("list", "-n", SYSTEM, "-q").stdout.strip() == ""
+    # The CRDs, and so every Dataset, stay (resource-policy keep); a reinstall adopts them.
+    assert get(cluster, ns, "datasets", "slides") is not None
+    cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(LOCAL_VALUES), "--wait", "--timeout",
+                 "180s", timeout=240)
+    assert cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM).status.available_replicas == 1
