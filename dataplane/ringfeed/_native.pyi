@@ -42,10 +42,12 @@ class Session:
         password: str | None = None,
         consistency: str = "ONE",
         request_timeout_ms: int = 12000,
+        tls_ca_file: str | None = None,
     ) -> None:
         """Connects (GIL released).
 
-        ``consistency`` is one of ONE, TWO, LOCAL_ONE, QUORUM, LOCAL_QUORUM, ALL.
+        ``consistency`` is one of ONE, TWO, LOCAL_ONE, QUORUM, LOCAL_QUORUM, ALL. With ``tls_ca_file`` (PEM) every
+        connection uses TLS; a node's certificate must be signed by that CA and name the node's IP address.
         Raises ConnectionError (one-line message) if no host answers, ValueError for a bad argument.
         """
 

@@ -8,20 +8,27 @@ import os
 
 @dataclasses.dataclass(frozen=True)
 class ClusterAddress:
-    """Contact points of a ring. Environment defaults match the local ring of ``ringfeed local up``."""
+    """Contact points of a ring. Environment defaults match the local ring of ``ringfeed local up``.
+
+    ``tls_ca_file``: a PEM CA certificate; when set, every connection uses TLS and verifies each node's certificate
+    against that CA and the node's IP address.
+    """
 
     hosts: tuple[str, ...] = ("127.0.0.1",)
     port: int = 9042
     username: str | None = None
     password: str | None = dataclasses.field(default=None, repr=False)
+    tls_ca_file: str | None = None
 
     @classmethod
     def from_env(cls) -> ClusterAddress:
-        """``RINGFEED_HOSTS`` (comma-separated), ``RINGFEED_PORT``, ``RINGFEED_USERNAME``, ``RINGFEED_PASSWORD``."""
+        """``RINGFEED_HOSTS`` (comma-separated), ``RINGFEED_PORT``, ``RINGFEED_USERNAME``, ``RINGFEED_PASSWORD``,
+        ``RINGFEED_TLS_CA_FILE``."""
         hosts = os.environ.get("RINGFEED_HOSTS", "127.0.0.1")
         return cls(
             hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
             port=int(os.environ.get("RINGFEED_PORT", "9042")),
             username=os.environ.get("RINGFEED_USERNAME") or None,
             password=os.environ.get("RINGFEED_PASSWORD") or None,
+            tls_ca_file=os.environ.get("RINGFEED_TLS_CA_FILE") or None,
         )

@@ -135,7 +135,7 @@ def ingest(store: Store, dataset: str, source_path: str, options: IngestOptions 
         schema = store.set_label_names(dataset, source.label_names)
     address = store.address
     session = _native.Session(list(address.hosts), address.port, address.username, address.password,
-                              options.consistency)
+                              options.consistency, tls_ca_file=address.tls_ca_file)
     statements = {table: session.prepare(cql) for table, cql in schema.insert_statements().items()}
     writer = session.writer(concurrency=options.concurrency)
     builder = _ChunkBuilder(schema, options)

@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import functools
 import json
+import ssl
 import uuid
 from collections.abc import Callable
 
@@ -51,8 +52,15 @@ class Store:
                                    request_timeout=30)
         auth = (PlainTextAuthProvider(self.address.username, self.address.password)
                 if self.address.username else None)
+        tls = None
+        if self.address.tls_ca_file:
+            # As the native session: the node's certificate is checked against the CA and the node's IP address.
+            try:
+                tls = ssl.create_default_context(cafile=self.address.tls_ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise RingfeedError(f"TLS: cannot read the CA certificate {self.address.tls_ca_file}: {exc}") from None
         self._cluster = Cluster(
-            list(self.address.hosts), port=self.address.port, auth_provider=auth, protocol_version=5,
+            list(self.address.hosts), port=self.address.port, auth_provider=auth, protocol_version=5, ssl_context=tls,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
             # A restarted node should be back in use within a second, not after exponential back-off.
             reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),
@@ -72,7 +80,8 @@ class Store:
 
         address = self.address
         try:
-            return _native.Session(list(address.hosts), address.port, address.username, address.password)
+            return _native.Session(list(address.hosts), address.port, address.username, address.password,
+                                   tls_ca_file=address.tls_ca_file)
         except ConnectionError as exc:
             raise RingfeedError(str(exc)) from None
 

@@ -92,8 +92,9 @@ def _stop(fixture: CassandraFixture) -> None:
 
 @pytest.fixture(scope="session")
 def cassandra_node():
+    # TLS is optional on this node: plain clients (most tests) and TLS clients (test_tls.py) both connect.
     fixture = _start("node", 1, RingSettings(cluster_name="ringfeed-test", address_prefix="127.0.10.",
-                                             jmx_base=7300, heap="768M", ring_delay_ms=1000))
+                                             jmx_base=7300, heap="768M", ring_delay_ms=1000, tls=True))
     yield fixture
     _stop(fixture)
 

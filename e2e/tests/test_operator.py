@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -40,12 +41,11 @@ STATE = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test"))
 
 @pytest.fixture(scope="module")
 def ring():
-    """A Cassandra node on 127.0.40.1, reachable from hostNetwork Pods."""
-    local = LocalRing(STATE / "e2e-ring", RingSettings(cluster_name="ringfeed-e2e", address_prefix="127.0.40.",
-                                                       jmx_base=7600, heap="768M", ring_delay_ms=1000))
-    local.down(purge=True)
-    local = LocalRing(STATE / "e2e-ring", RingSettings(cluster_name="ringfeed-e2e", address_prefix="127.0.40.",
-                                                       jmx_base=7600, heap="768M", ring_delay_ms=1000))
+    """A Cassandra node on 127.0.40.1, reachable from hostNetwork Pods; TLS optional on its CQL port."""
+    settings = RingSettings(cluster_name="ringfeed-e2e", address_prefix="127.0.40.", jmx_base=7600, heap="768M",
+                            ring_delay_ms=1000, tls=True)
+    LocalRing(STATE / "e2e-ring", settings).down(purge=True)
+    local = LocalRing(STATE / "e2e-ring", settings)
     local.up(1)
     try:
         yield local
@@ -227,9 +227,13 @@ def test_install_brings_the_operator_up(cluster: Cluster, release):
 # -- Dataset and Split -------------------------------------------------------------------------------------------
 
 def test_dataset_ingests_and_becomes_ready(cluster: Cluster, ns: str, ring, store, source):
+    """Over TLS: the operator, the ingest Job (and the split Job of the next test) verify the node's certificate."""
     cluster.kubectl("create", "secret", "generic", "ring-credentials", "-n", ns, "--from-literal=username=cassandra",
                     "--from-literal=password=cassandra")
-    create(cluster, ns, "datasets", dataset_manifest("slides", ring, source))
+    cluster.kubectl("create", "secret", "generic", "ring-ca", "-n", ns, f"--from-file=ca.crt={ring.tls_ca_file}")
+    manifest = dataset_manifest("slides", ring, source)
+    manifest["spec"]["storage"]["external"]["tls"] = {"enabled": True, "caSecret": {"name": "ring-ca"}}
+    create(cluster, ns, "datasets", manifest)
     dataset = wait_ready(cluster, ns, "datasets", "slides")
     counts = expected_counts(source)
     status = dataset["status"]
@@ -250,6 +254,7 @@ def test_dataset_ingests_and_becomes_ready(cluster: Cluster, ns: str, ring, stor
     assert len(jobs) == 1
     env = {e.name: e for e in jobs[0].spec.template.spec.containers[0].env}
     assert env["RINGFEED_USERNAME"].value_from.secret_key_ref.name == "ring-credentials"
+    assert env["RINGFEED_TLS_CA_FILE"].value == "/etc/ringfeed/tls/ca.crt"
     table = cluster.kubectl("get", "datasets", "-n", ns).stdout
     header, row = table.splitlines()[:2]
     assert header.split()[:4] == ["NAME", "READY", "SAMPLES", "LABELS"]
@@ -285,6 +290,24 @@ def test_split_is_computed_with_the_engines_figures_and_is_immutable(cluster: Cl
     columns = cluster.kubectl("get", "splits", "-n", ns).stdout.splitlines()
     assert columns[0].split()[:3] == ["NAME", "READY", "DATASET"] and columns[1].split()[:3] == [
         "by-patient", "True", "slides"]
+
+
+def test_a_ring_certificate_from_another_ca_is_refused(cluster: Cluster, ns: str, ring, source, tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=other",
+                    "-keyout", str(tmp_path / "ca.key"), "-out", str(tmp_path / "ca.crt")], check=True,
+                   capture_output=True)
+    cluster.kubectl("create", "secret", "generic", "other-ca", "-n", ns, f"--from-file=ca.crt={tmp_path / 'ca.crt'}")
+    manifest = dataset_manifest("untrusted", ring, source)
+    manifest["spec"]["storage"]["external"]["tls"] = {"enabled": True, "caSecret": {"name": "other-ca"}}
+    create(cluster, ns, "datasets", manifest)
+    refused = cluster.wait("Ready=False RingUnreachable", lambda: condition(
+        get(cluster, ns, "datasets", "untrusted"), "Ready").get("reason") == "RingUnreachable", timeout_s=60)
+    assert refused
+    message = condition(get(cluster, ns, "datasets", "untrusted"), "Ready")["message"]
+    assert "cannot reach Cassandra at 127.0.40.1:9042" in message
+    assert not cluster.batch.list_namespaced_job(ns, label_selector="ringfeed.io/dataset=untrusted").items
+    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "datasets", "untrusted")
+    cluster.wait("untrusted deleted", lambda: get(cluster, ns, "datasets", "untrusted") is None, timeout_s=60)
 
 
 def test_deletion_guards_hold_until_references_are_gone(cluster: Cluster, ns: str, ring, source, store):

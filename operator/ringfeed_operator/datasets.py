@@ -42,9 +42,19 @@ def same_tables(declared: DatasetSchema, stored: DatasetSchema) -> list[str]:
     return differences
 
 
-def ring_address(storage: dict, username: str | None = None, password: str | None = None) -> ClusterAddress:
+def ring_address(storage: dict, username: str | None = None, password: str | None = None,
+                 tls_ca_file: str | None = None) -> ClusterAddress:
     external = storage["external"]
-    return ClusterAddress(tuple(external["contactPoints"]), external.get("port", 9042), username, password)
+    return ClusterAddress(tuple(external["contactPoints"]), external.get("port", 9042), username, password,
+                          tls_ca_file)
+
+
+def tls_secret(storage: dict) -> dict | None:
+    """{name, key} of the Secret holding the nodes' CA certificate, when the ring is reached with TLS."""
+    tls = storage.get("external", {}).get("tls") or {}
+    if not tls.get("enabled"):
+        return None
+    return {"name": tls["caSecret"]["name"], "key": tls["caSecret"].get("key", "ca.crt")}
 
 
 def ring_key(storage: dict) -> str:

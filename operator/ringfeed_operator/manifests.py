@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ringfeed_operator.datasets import tls_secret
 from ringfeed_operator.settings import JobSettings
 
 GROUP = "ringfeed.io"
@@ -12,6 +13,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "ringfeed-operator"
 SOURCE_MOUNT = "/data"
+TLS_MOUNT = "/etc/ringfeed/tls"
 MAX_NAME = 63  # a Job's name becomes a Pod label value
 
 
@@ -36,7 +38,18 @@ def ring_env(storage: dict) -> list[dict]:
         for variable, key in (("RINGFEED_USERNAME", secret.get("usernameKey", "username")),
                               ("RINGFEED_PASSWORD", secret.get("passwordKey", "password"))):
             env.append({"name": variable, "valueFrom": {"secretKeyRef": {"name": secret["name"], "key": key}}})
+    if tls_secret(storage):
+        env.append({"name": "RINGFEED_TLS_CA_FILE", "value": f"{TLS_MOUNT}/ca.crt"})
     return env
+
+
+def ring_volumes(storage: dict) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts) that put the nodes' CA certificate where RINGFEED_TLS_CA_FILE points."""
+    ca = tls_secret(storage)
+    if not ca:
+        return [], []
+    volume = {"name": "ring-ca", "secret": {"secretName": ca["name"], "items": [{"key": ca["key"], "path": "ca.crt"}]}}
+    return [volume], [{"name": "ring-ca", "mountPath": TLS_MOUNT, "readOnly": True}]
 
 
 def _job(name: str, owner: dict, labels: dict, container: dict, settings: JobSettings,
@@ -83,13 +96,14 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, settings: Job
     ]
     if ingest.get("fullDecode"):
         arguments.append("--full-decode")
+    tls_volumes, tls_mounts = ring_volumes(spec["storage"])
     container = {
         "name": "ingest", "command": ["ringfeed"], "args": arguments, "env": ring_env(spec["storage"]),
-        "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}],
+        "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}, *tls_mounts],
         "resources": ingest.get("resources") or {},
     }
     volume = {"name": "source", **ingest["source"]["volume"]}
-    return _job(job_name(name, "ingest", fingerprint), dataset, labels, container, settings, [volume])
+    return _job(job_name(name, "ingest", fingerprint), dataset, labels, container, settings, [volume, *tls_volumes])
 
 
 def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str], settings: JobSettings) -> dict:
@@ -98,7 +112,9 @@ def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str
     name = split["metadata"]["name"]
     labels = {LABEL_DATASET: dataset["metadata"]["name"], LABEL_SPLIT: name, LABEL_COMPONENT: "split",
               LABEL_MANAGED_BY: MANAGER}
+    tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"])
     container = {"name": "split", "command": ["ringfeed"],
                  "args": ["split", "create", catalog_name, name, *arguments],
-                 "env": ring_env(dataset["spec"]["storage"])}
-    return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, settings)
+                 "env": ring_env(dataset["spec"]["storage"]), "volumeMounts": tls_mounts}
+    return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, settings,
+                tls_volumes)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 import threading
+from pathlib import Path
 
 from ringfeed.store import Store
 
 from ringfeed_operator import kube
-from ringfeed_operator.datasets import ring_address
+from ringfeed_operator.datasets import ring_address, tls_secret
 
 
 class StorageNotSupported(Exception):
@@ -31,13 +34,26 @@ class Rings:
         if secret:
             username = kube.secret_value(namespace, secret["name"], secret.get("usernameKey", "username"))
             password = kube.secret_value(namespace, secret["name"], secret.get("passwordKey", "password"))
-        address = ring_address(storage, username, password)
-        key = (address.hosts, address.port, username, password)
+        ca_file = None
+        ca_secret = tls_secret(storage)
+        if ca_secret:
+            ca_file = self._ca_file(kube.secret_value(namespace, ca_secret["name"], ca_secret["key"]))
+        address = ring_address(storage, username, password, ca_file)
+        key = (address.hosts, address.port, username, password, ca_file)
         with self._lock:
             store = self._stores.get(key)
             if store is None:
                 store = self._stores[key] = Store(address)
             return store
+
+    @staticmethod
+    def _ca_file(pem: str) -> str:
+        """The CA certificate as a file (the drivers read files), named by its content."""
+        path = Path(tempfile.gettempdir()) / "ringfeed-ca" / f"{hashlib.sha256(pem.encode()).hexdigest()[:16]}.crt"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(pem)
+        return str(path)
 
     def forget(self, store: Store) -> None:
         """Drop a Store whose ring failed, so the next call reconnects."""

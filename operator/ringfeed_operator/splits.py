@@ -55,5 +55,5 @@ def split_status(stored: StoredSplit) -> dict:
         "version": stored.version, "splitId": str(stored.split_id), "contentHash": stored.content_hash,
         "computedAt": stored.created_at.strftime("%Y-%m-%dT%H:%M:%SZ") if stored.created_at else None,
         "samples": stored.samples, "scanned": stats["scanned"], "selected": stats["selected"],
-        "groups": stats["groups"], "parts": parts,
+        "groups": stats["groups"], "parts": parts, "partNames": ",".join(p["name"] for p in parts),
     }

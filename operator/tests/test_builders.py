@@ -21,7 +21,7 @@ from ringfeed.table import ColumnarTable
 
 from ringfeed_operator.conditions import Conditions
 from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
-                                        same_tables, stats_status)
+                                        ring_address, same_tables, stats_status, tls_secret)
 from ringfeed_operator.manifests import ingest_job, job_name, split_job
 from ringfeed_operator.settings import JobSettings
 from ringfeed_operator.splits import split_arguments, split_spec, split_status
@@ -177,6 +177,7 @@ def test_split_status_carries_the_engines_figures():
     assert status["version"] == 2 and status["contentHash"] == result.content_hash
     assert status["computedAt"] == "2026-11-21T12:00:05Z" and status["samples"] == 200 == status["scanned"]
     assert [p["name"] for p in status["parts"]] == ["train", "val", "test"]
+    assert status["partNames"] == "train,val,test"  # the Parts printer column
     assert sum(p["groups"] for p in status["parts"]) == 20 == status["groups"]
     for part, stats in zip(status["parts"], result.stats["parts"], strict=True):
         assert part["samples"] == len(result.parts[part["name"]]) == stats["samples"]
@@ -193,3 +194,22 @@ def test_dataset_status_from_the_catalog():
         {"label": 0, "name": "normal", "samples": 10}, {"label": 1, "name": "tumor", "samples": 20}]}
     assert ingest_summary_status(info.last_ingest) == {"ingested": 30, "rejected": 3, "rowsPerSecond": 15.0}
     assert ingest_summary_status(None) == {}
+
+
+def test_tls_puts_the_ca_secret_where_the_data_plane_reads_it():
+    dataset = copy.deepcopy(DATASET)
+    dataset["spec"]["storage"]["external"]["tls"] = {"enabled": True, "caSecret": {"name": "ring-ca", "key": "ca.pem"}}
+    for job in (ingest_job(dataset, "tumour_slides", "abcd1234", SETTINGS),
+                split_job({"apiVersion": "ringfeed.io/v1alpha1", "kind": "Split",
+                           "metadata": {"name": "s", "uid": "12345678-0000"}, "spec": SPLIT},
+                          dataset, "tumour_slides", [], SETTINGS)):
+        pod = job["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert {"name": "RINGFEED_TLS_CA_FILE", "value": "/etc/ringfeed/tls/ca.crt"} in container["env"]
+        assert {"name": "ring-ca", "secret": {"secretName": "ring-ca", "items": [{"key": "ca.pem", "path": "ca.crt"}]}} \
+            in pod["volumes"]
+        assert {"name": "ring-ca", "mountPath": "/etc/ringfeed/tls", "readOnly": True} in container["volumeMounts"]
+    plain = ingest_job(DATASET, "tumour_slides", "abcd1234", SETTINGS)["spec"]["template"]["spec"]
+    assert "RINGFEED_TLS_CA_FILE" not in {e["name"] for e in plain["containers"][0]["env"]}
+    dataset["spec"]["storage"]["external"]["tls"]["enabled"] = False
+    assert ring_address(dataset["spec"]["storage"]).tls_ca_file is None and tls_secret(dataset["spec"]["storage"]) is None

@@ -10,6 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session as ScyllaSession;
+use openssl::ssl::{SslConnector, SslMethod};
+use scylla::client::session::OpenSsl010Config;
 use scylla::client::session_builder::SessionBuilder;
 use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::Consistency;
@@ -125,6 +127,17 @@ where
     }
 }
 
+/// TLS to the nodes, their certificates verified against the CA in `ca_file` (PEM) and, by the driver, against
+/// each node's IP address.
+fn tls_config(ca_file: &str) -> PyResult<OpenSsl010Config> {
+    let mut connector = SslConnector::builder(SslMethod::tls_client())
+        .map_err(|err| PyConnectionError::new_err(format!("TLS: {err}")))?;
+    connector.set_ca_file(ca_file).map_err(|err| {
+        PyValueError::new_err(format!("TLS: cannot read the CA certificate {ca_file}: {err}"))
+    })?;
+    Ok(OpenSsl010Config::new(connector))
+}
+
 /// A connection to a Cassandra ring.
 #[pyclass(module = "ringfeed._native", frozen)]
 pub struct Session {
@@ -134,7 +147,8 @@ pub struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (hosts, port = 9042, username = None, password = None, consistency = "ONE", request_timeout_ms = 12000))]
+    #[pyo3(signature = (hosts, port = 9042, username = None, password = None, consistency = "ONE", request_timeout_ms = 12000, tls_ca_file = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         hosts: Vec<String>,
@@ -143,6 +157,7 @@ impl Session {
         password: Option<String>,
         consistency: &str,
         request_timeout_ms: u64,
+        tls_ca_file: Option<String>,
     ) -> PyResult<Self> {
         if hosts.is_empty() {
             return Err(PyValueError::new_err("hosts is empty"));
@@ -163,6 +178,9 @@ impl Session {
             .default_execution_profile_handle(profile.into_handle())
             // Token-aware routing needs keyspaces and tables, not column and UDT details.
             .fetch_full_schema_metadata(false);
+        if let Some(ca_file) = tls_ca_file {
+            builder = builder.tls_context(Some(tls_config(&ca_file)?));
+        }
         match (username, password) {
             (Some(username), Some(password)) => builder = builder.user(username, password),
             (None, None) => {}

@@ -42,9 +42,11 @@ class RingfeedGroup(click.Group):
 @click.option("--port", envvar="RINGFEED_PORT", default=9042, show_default=True, help="CQL port [env RINGFEED_PORT].")
 @click.option("--username", envvar="RINGFEED_USERNAME", default=None, help="[env RINGFEED_USERNAME]")
 @click.option("--password", envvar="RINGFEED_PASSWORD", default=None, help="[env RINGFEED_PASSWORD]")
+@click.option("--tls-ca-file", envvar="RINGFEED_TLS_CA_FILE", default=None, type=click.Path(dir_okay=False),
+              help="Connect with TLS, verifying the nodes against this PEM CA certificate [env RINGFEED_TLS_CA_FILE].")
 @click.version_option(package_name="ringfeed")
 @click.pass_context
-def main(ctx, hosts, port, username, password):
+def main(ctx, hosts, port, username, password, tls_ca_file):
     """Ringfeed: deep-learning training data in an Apache Cassandra ring.
 
     \b
@@ -55,7 +57,8 @@ def main(ctx, hosts, port, username, password):
       ringfeed inspect pets
       ringfeed split create pets by-owner --ratios 7,2,1 --group-by owner --seed 1
     """
-    ctx.obj = ClusterAddress(tuple(h.strip() for h in hosts.split(",") if h.strip()), port, username, password)
+    ctx.obj = ClusterAddress(tuple(h.strip() for h in hosts.split(",") if h.strip()), port, username, password,
+                             tls_ca_file)
 
 
 def open_store(ctx):

@@ -293,7 +293,7 @@ class Loader:
             address = self.source.address
             try:
                 session = _native.Session(list(address.hosts), address.port, address.username, address.password,
-                                          self.consistency)
+                                          self.consistency, tls_ca_file=address.tls_ca_file)
             except ConnectionError as exc:
                 raise RingfeedError(str(exc)) from None
             _, dtype, shape = self.source.encoding

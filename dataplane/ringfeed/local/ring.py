@@ -36,6 +36,9 @@ class RingSettings:
     # Test-speed: a fresh node otherwise sleeps RING_DELAY=30 s before picking tokens.
     ring_delay_ms: int = 5000
     num_tokens: int = 16
+    # Client TLS on the CQL port, optional (plain clients still connect): a CA and one certificate per node (its IP
+    # address as subject alternative name) are made under state_dir/tls; clients verify with ``tls_ca_file``.
+    tls: bool = False
 
 
 @dataclasses.dataclass
@@ -76,6 +79,11 @@ class LocalRing:
 
     def address(self, index: int) -> str:
         return f"{self.settings.address_prefix}{index}"
+
+    @property
+    def tls_ca_file(self) -> str | None:
+        """The CA certificate (PEM) that signed the nodes' certificates, when the ring speaks TLS."""
+        return str(self.state_dir / "tls" / "ca.crt") if self.settings.tls else None
 
     def up(self, nodes: int = 1, timeout_s: float = 300, on_progress=None) -> list[int]:
         """Make sure nodes 1..``nodes`` run and answer CQL, starting missing ones one at a time."""
@@ -265,7 +273,37 @@ concurrent_compactors: 1
 # Dropping a test keyspace must not leave a snapshot of it behind.
 auto_snapshot: false
 """
+        if s.tls:
+            yaml += f"""\
+client_encryption_options:
+  enabled: true
+  optional: true
+  require_client_auth: false
+  ssl_context_factory:
+    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory
+  keystore: {self._node_certificate(index)}
+"""
         (node_dir / "conf" / "cassandra.yaml").write_text(yaml)
+
+    def _node_certificate(self, index: int) -> Path:
+        """key + certificate (PEM) of node ``index``, signed by the ring's CA (both made on first use)."""
+        folder = self.state_dir / "tls"
+        folder.mkdir(parents=True, exist_ok=True)
+        ca_key, ca_cert = folder / "ca.key", folder / "ca.crt"
+        if not ca_cert.exists():
+            _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj",
+                     f"/CN={self.settings.cluster_name} local CA", "-keyout", ca_key, "-out", ca_cert)
+        pem = folder / f"node{index}.pem"
+        if not pem.exists():
+            key, request, cert = folder / f"node{index}.key", folder / f"node{index}.csr", folder / f"node{index}.crt"
+            extensions = folder / f"node{index}.ext"
+            extensions.write_text(f"subjectAltName=IP:{self.address(index)}\n")
+            _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={self.address(index)}", "-keyout", key,
+                     "-out", request)
+            _openssl("x509", "-req", "-in", request, "-CA", ca_cert, "-CAkey", ca_key, "-CAcreateserial", "-days",
+                     "3650", "-extfile", extensions, "-out", cert)
+            pem.write_text(key.read_text() + cert.read_text())
+        return pem
 
     def pid(self, index: int) -> int | None:
         """The PID saved when node ``index`` was started (it may have exited since)."""
@@ -332,3 +370,9 @@ def _tree_size(path: Path) -> int:
     if not path.exists():
         return 0
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _openssl(*args) -> None:
+    result = subprocess.run(["openssl", *map(str, args)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RingfeedError(f"openssl {args[0]} failed: {result.stderr.strip()}")
