@@ -57,7 +57,9 @@ build_pause() {
 build_wheels() { # ringfeed (native extension built by maturin), ringfeed-operator and every dependency as wheels
     local out=$cache/wheels
     rm -rf "$out" && mkdir -p "$out"
-    (cd "$repo/dataplane" && "$python" -m maturin build --release --quiet --out "$out" >/dev/null)
+    # --compatibility linux: the extension links the image's own libssl3 (Debian's, security-updated with the
+    # base) instead of a copy vendored into the wheel.
+    (cd "$repo/dataplane" && "$python" -m maturin build --release --quiet --compatibility linux --out "$out" >/dev/null)
     "$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$repo/operator"
     "$python" -m pip download --quiet --only-binary=:all: --dest "$out" --find-links "$out" \
         "$out"/ringfeed-0*.whl "$out"/ringfeed_operator-*.whl

@@ -9,7 +9,7 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 rootfs=$(mktemp -d "${TMPDIR:-/tmp}/ringfeed-base.XXXXXX")
 trap 'rm -rf "$rootfs"' EXIT
 
-debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$rootfs" "$mirror" >/dev/null
+debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,libssl3 bookworm "$rootfs" "$mirror" >/dev/null
 # Package caches, lists, docs and locales are of no use in an image (~275 MB → ~130 MB).
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* \
        "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* \
