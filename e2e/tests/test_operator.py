@@ -188,10 +188,19 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     assert ("Deployment", "ringfeed") in kinds and ("ServiceAccount", "ringfeed") in kinds
     for crd in (d for d in documents if d["kind"] == "CustomResourceDefinition"):
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    for role in (d for d in documents if d["kind"] in ("ClusterRole", "Role")):
-        for rule in role["rules"]:
-            for field in ("apiGroups", "resources", "verbs"):
-                assert "*" not in rule[field], f"{role['metadata']['name']}: wildcard in {field}"
+    granted = {(group, resource, verb) for role in documents if role["kind"] == "ClusterRole"
+               for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
+               for verb in rule["verbs"]}
+    needed = {("ringfeed.io", kind, verb) for kind in ("datasets", "splits") for verb in ("get", "list", "watch",
+                                                                                          "patch")}
+    needed |= {("ringfeed.io", f"{kind}/status", "patch") for kind in ("datasets", "splits")}
+    needed |= {("ringfeed.io", f"{kind}/finalizers", "update") for kind in ("datasets", "splits")}
+    needed |= {("ringfeed.io", "trainingjobs", "list"), ("", "pods", "list"), ("", "pods/log", "get"),
+               ("", "secrets", "get"), ("", "events", "create")}
+    needed |= {("batch", "jobs", verb) for verb in ("get", "list", "create", "delete")}
+    needed |= {("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")}
+    needed |= {("", "namespaces", verb) for verb in ("get", "list", "watch")}
+    assert granted == needed  # exactly what the operator and kopf use: nothing missing, nothing more
     deployment = next(d for d in documents if d["kind"] == "Deployment")
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     pod = deployment["spec"]["template"]["spec"]
@@ -203,8 +212,12 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     bindings = [d for d in yaml.safe_load_all(scoped) if d and d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     assert sorted((d["kind"], d["metadata"].get("namespace", "")) for d in bindings) == [
         ("ClusterRoleBinding", ""), ("RoleBinding", "team-a"), ("RoleBinding", "team-b")]
-    bad = cluster.helm("template", RELEASE, str(CHART), "--set", "operator.metricsPort=0", check=False)
-    assert bad.returncode != 0 and "metricsPort" in bad.stderr
+    for bad_value, field in (("operator.healthPort=0", "healthPort"), ("operator.replicas=2", "replicas"),
+                             ("jobs.image.pullPolicy=Sometimes", "pullPolicy")):
+        bad = cluster.helm("template", RELEASE, str(CHART), "--set", bad_value, check=False)
+        assert bad.returncode != 0 and field in bad.stderr, bad_value  # values.schema.json
+    no_metrics = cluster.helm("template", RELEASE, str(CHART), "--set", "operator.metricsPort=0").stdout
+    assert "--metrics-port=0" in no_metrics and "kind: Service\n" not in no_metrics
 
 
 def test_install_brings_the_operator_up(cluster: Cluster, release):
@@ -310,6 +323,35 @@ def test_a_ring_certificate_from_another_ca_is_refused(cluster: Cluster, ns: str
     cluster.wait("untrusted deleted", lambda: get(cluster, ns, "datasets", "untrusted") is None, timeout_s=60)
 
 
+def test_a_failed_ingest_and_an_infeasible_split_are_reported_once(cluster: Cluster, ns: str, ring, source):
+    manifest = dataset_manifest("broken", ring, source)
+    manifest["spec"]["ingest"]["source"]["path"] = "no-such-manifest.csv"
+    create(cluster, ns, "datasets", manifest)
+    failed = cluster.wait("Ready=False IngestFailed", lambda: (obj := get(cluster, ns, "datasets", "broken"))
+                          and condition(obj, "Ready").get("reason") == "IngestFailed" and obj, timeout_s=120)
+    degraded = condition(failed, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "IngestFailed"
+    assert "no-such-manifest.csv" in degraded["message"]  # the Job's own error, from its log
+    assert failed["status"]["ingest"]["failedAt"]
+    time.sleep(11)  # two more rounds of the operator's 5 s timer
+    # Reported once; not run again until spec.ingest changes.
+    assert [e.reason for e in events(cluster, ns, "broken")].count("IngestFailed") == 1
+    assert len(cluster.batch.list_namespaced_job(ns, label_selector="ringfeed.io/dataset=broken").items) == 1
+
+    create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split",
+                                   "metadata": {"name": "too-many-parts"},
+                                   "spec": {"dataset": "slides", "folds": PATIENTS + 1, "groupBy": ["patient_id"]}})
+    split = cluster.wait("Split Ready=False Failed", lambda: (obj := get(cluster, ns, "splits", "too-many-parts"))
+                         and condition(obj, "Ready").get("reason") == "Failed" and obj, timeout_s=120)
+    assert f"{PATIENTS + 1} parts need at least {PATIENTS + 1} groups of patient_id" in condition(split, "Ready")[
+        "message"]
+    assert [e.reason for e in events(cluster, ns, "too-many-parts")].count("SplitFailed") == 1
+    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "splits", "too-many-parts")
+    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "datasets", "broken")
+    cluster.wait("deleted", lambda: get(cluster, ns, "splits", "too-many-parts") is None
+                 and get(cluster, ns, "datasets", "broken") is None, timeout_s=60)
+
+
 def test_deletion_guards_hold_until_references_are_gone(cluster: Cluster, ns: str, ring, source, store):
     create(cluster, ns, "datasets", dataset_manifest("scratch", ring, source, deletionPolicy="Delete"))
     wait_ready(cluster, ns, "datasets", "scratch")
@@ -332,7 +374,10 @@ def test_deletion_guards_hold_until_references_are_gone(cluster: Cluster, ns: st
                 if e.reason == "DeletionBlocked"}
     assert "used by Split(s) scratch-halves" in messages["scratch"]
     assert "used by TrainingJob(s) scratch-trainer" in messages["scratch-halves"]
-    time.sleep(6)  # still there after a retry round
+    def blocked_count(name):
+        return sum(e.count or 1 for e in cluster.core.list_namespaced_event(ns).items
+                   if e.reason == "DeletionBlocked" and e.involved_object.name == name)
+    cluster.wait("a retried deletion, still blocked", lambda: blocked_count("scratch") >= 2, timeout_s=60)
     assert get(cluster, ns, "datasets", "scratch") and get(cluster, ns, "splits", "scratch-halves")
     assert "scratch" in {i.schema.name for i in store.datasets()}
 
@@ -390,6 +435,10 @@ def test_upgrade_keeps_objects_and_uninstall_removes_the_operator(cluster: Clust
     deployment = cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM)
     assert "--verbose" not in deployment.spec.template.spec.containers[0].args
     assert condition(wait_ready(cluster, ns, "datasets", "slides"), "Ready")["status"] == "True"
+    # The new operator resumed every object without starting anything again.
+    ingest_jobs = "ringfeed.io/dataset=slides,app.kubernetes.io/component=ingest"
+    assert len(cluster.batch.list_namespaced_job(ns, label_selector=ingest_jobs).items) == 1
+    assert [e.reason for e in events(cluster, ns, "slides")].count("IngestStarted") == 1
 
     cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", timeout=180)
     assert cluster.apps.list_namespaced_deployment(SYSTEM).items == []

@@ -1,6 +1,8 @@
 """`ringfeed-operator`: runs the kopf operator with Ringfeed's handlers and a Prometheus endpoint."""
 
 import asyncio
+import dataclasses
+import json
 import logging
 
 import click
@@ -27,9 +29,19 @@ from ringfeed_operator.settings import JobSettings
 @click.option("--job-host-network", is_flag=True,
               help="Run Jobs in the node's network namespace (clusters without a Pod network, like the local one).")
 @click.option("--job-service-account", default="", help="Service account of the Jobs (default: the namespace's).")
+@click.option("--job-backoff-limit", default=JobSettings.backoff_limit, show_default=True, type=click.IntRange(0, 20),
+              help="Retries of a failed Job Pod before the Job (and the ingest or split) is reported failed.")
+@click.option("--job-allow-host-path", is_flag=True,
+              help="Accept hostPath ingest sources (they give the ingest Pod a node's files): single-node and "
+                   "development clusters only.")
+@click.option("--job-resources", default=None, metavar="JSON",
+              help='Resources of the Jobs by role, e.g. \'{"split": {"requests": {"memory": "4Gi"}}}\' '
+                   "(default: ingest 1 CPU / 1Gi, split 1 CPU / 2Gi requested).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every handler call and API request.")
 def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, job_image: str,
-         job_image_pull_policy: str, job_host_network: bool, job_service_account: str, verbose: bool) -> None:
+         job_image_pull_policy: str, job_host_network: bool, job_service_account: str, job_backoff_limit: int,
+         job_allow_host_path: bool,
+         job_resources: str | None, verbose: bool) -> None:
     """Reconcile Ringfeed's Dataset, Split and TrainingJob objects.
 
     Inside a cluster the service account's credentials are used; outside, the current kubeconfig context.
@@ -41,6 +53,19 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
       ringfeed-operator --bind 127.0.0.1 --metrics-port 19090 --health-port 18080
       ringfeed-operator --job-image localhost/ringfeed/dataplane:0.1.0 --job-host-network
     """
+    jobs = JobSettings(image=job_image, image_pull_policy=job_image_pull_policy, host_network=job_host_network,
+                       service_account=job_service_account, backoff_limit=job_backoff_limit,
+                       allow_host_path=job_allow_host_path)
+    if job_resources:
+        try:
+            overrides = json.loads(job_resources)
+        except json.JSONDecodeError as error:
+            raise click.BadParameter(f"not JSON: {error}", param_hint="--job-resources") from None
+        unknown = set(overrides) - set(jobs.resources)
+        if not isinstance(overrides, dict) or unknown:
+            raise click.BadParameter(f"give an object with keys among {sorted(jobs.resources)}",
+                                     param_hint="--job-resources")
+        jobs = dataclasses.replace(jobs, resources={**jobs.resources, **overrides})
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if metrics_port:
@@ -51,7 +76,6 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
         liveness_endpoint=f"http://{bind}:{health_port}/healthz",
         registry=kopf.get_default_registry(),
         standalone=True,  # one replica (Deployment strategy Recreate): no peering objects
-        memo=kopf.Memo(jobs=JobSettings(image=job_image, image_pull_policy=job_image_pull_policy,
-                                        host_network=job_host_network, service_account=job_service_account)),
+        memo=kopf.Memo(jobs=jobs),
     ))
 

@@ -57,14 +57,16 @@ def tls_secret(storage: dict) -> dict | None:
     return {"name": tls["caSecret"]["name"], "key": tls["caSecret"].get("key", "ca.crt")}
 
 
-def ring_key(storage: dict) -> str:
-    """Identity of a ring's address and credentials reference, to share one connection between Datasets."""
-    return json.dumps(storage.get("external"), sort_keys=True)
+# What an ingest writes depends on these fields only; tuning (workers, concurrency, resources, consistency) does not
+# start a new ingest, and neither does a default added to the schema later.
+INGEST_DEFAULTS = {"format": "auto", "pathColumn": "path", "labelColumn": "label", "maxSampleMB": 64,
+                   "fullDecode": False}
 
 
 def ingest_fingerprint(ingest: dict) -> str:
-    """Changes with spec.ingest and only with it: one ingest Job per distinct ingest spec."""
-    return hashlib.sha256(json.dumps(ingest, sort_keys=True).encode()).hexdigest()[:8]
+    """One ingest Job per distinct source and reading of it."""
+    identity = {"source": ingest["source"], **{k: ingest.get(k, d) for k, d in INGEST_DEFAULTS.items()}}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def stats_status(info: DatasetInfo) -> dict:

@@ -3,16 +3,21 @@ status through one Conditions helper.
 
 Every step is idempotent (CREATE IF NOT EXISTS, Jobs with deterministic names, catalog reads), so an operator killed
 at any point and restarted converges: kopf reruns an unfinished change handler, `resume` re-checks every object, and
-the timers are level-based (they look at the Job and the catalog, not at what happened before).
+the timers are level-based (they look at the Job and the catalog, not at what happened before). A timer acts only
+once the change handler has seen the object's current generation (status.observedGeneration), so the two never
+write status from different versions of the spec.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 import re
 
 import kopf
+from cassandra import DriverException, OperationTimedOut
+from cassandra.cluster import NoHostAvailable
 
 from ringfeed.errors import DatasetNotFound, RingfeedError
 from ringfeed.splits.spec import SplitError
@@ -22,18 +27,20 @@ from ringfeed_operator import kube, metrics
 from ringfeed_operator.conditions import Conditions, now_rfc3339
 from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
                                         same_tables, stats_status)
-from ringfeed_operator.manifests import GROUP, VERSION, ingest_job, job_name, split_job
+from ringfeed_operator.manifests import GROUP, LABEL_DATASET, VERSION, ingest_job, job_name, split_job
 from ringfeed_operator.rings import Rings, StorageNotSupported
 from ringfeed_operator.splits import split_arguments, split_spec, split_status
 
 DATASETS = (GROUP, VERSION, "datasets")
 SPLITS = (GROUP, VERSION, "splits")
-TRAINING_JOBS = (GROUP, VERSION, "trainingjobs")
 # Annotations and the finalizer carry Ringfeed's domain.
 ANNOTATION_PREFIX = "operator.ringfeed.io"
 FINALIZER = "ringfeed.io/protect"
-POLL_S = 5.0  # how often Jobs are looked at while they run
+POLL_S = 5.0  # how often Jobs and the catalog are looked at
 PERMANENT_REASONS = frozenset({"InvalidSpec", "StorageNotSupported", "SchemaMismatch"})
+# A ring that cannot answer: the data plane's errors and the Python driver's own.
+RING_ERRORS = (RingfeedError, DriverException, NoHostAvailable, OperationTimedOut)
+DROP_ATTEMPTS = 5  # deletionPolicy Delete: after this many failed drops the keyspace is kept and the object goes
 
 
 @kopf.on.startup()
@@ -41,7 +48,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.finalizer = FINALIZER
-    settings.posting.level = 20  # events for INFO and above
+    # kopf's own events: warnings and errors only (its INFO "Timer succeeded" would be an event per object every
+    # POLL_S). Ringfeed's events go through `_event`, which is not filtered.
+    settings.posting.level = logging.WARNING
     memo.rings = Rings()
 
 
@@ -69,27 +78,33 @@ def counted(kind: str):
     return decorate
 
 
-# -- Dataset ---------------------------------------------------------------------------------------------------------
+def _event(body, reason: str, message: str, warning: bool = False) -> None:
+    kopf.event(body, type="Warning" if warning else "Normal", reason=reason, message=message[:1024])
 
-def _give_up(patch, conditions: Conditions, reason: str, message: str, permanent: bool, delay: float = 15):
+
+def _give_up(patch, conditions: Conditions, generation: int, reason: str, message: str, permanent: bool,
+             delay: float = 15):
     """Record why the object is not Ready and end the handler: permanently (the spec must change) or to retry."""
     conditions.set("Ready", False, reason, message)
     patch.status["conditions"] = conditions.as_list()
+    patch.status["observedGeneration"] = generation
     if permanent:
         raise kopf.PermanentError(message)
     raise kopf.TemporaryError(message, delay=delay)
 
 
-def _open_store(memo, namespace: str, storage: dict, patch, conditions: Conditions):
+def _open_store(memo, namespace: str, storage: dict, patch, conditions: Conditions, generation: int):
     try:
         return memo.rings.store(namespace, storage)
     except StorageNotSupported as error:
-        _give_up(patch, conditions, "StorageNotSupported", str(error), permanent=True)
-    except KeyError as error:
-        _give_up(patch, conditions, "SecretNotFound", str(error.args[0]), permanent=False)
-    except RingfeedError as error:
-        _give_up(patch, conditions, "RingUnreachable", str(error), permanent=False)
+        _give_up(patch, conditions, generation, "StorageNotSupported", str(error), permanent=True)
+    except kube.SecretNotFound as error:
+        _give_up(patch, conditions, generation, "SecretNotFound", str(error), permanent=False)
+    except RING_ERRORS as error:
+        _give_up(patch, conditions, generation, "RingUnreachable", str(error), permanent=False)
 
+
+# -- Dataset ---------------------------------------------------------------------------------------------------------
 
 @kopf.on.create(*DATASETS)
 @kopf.on.update(*DATASETS, field="spec")
@@ -98,57 +113,67 @@ def _open_store(memo, namespace: str, storage: dict, patch, conditions: Conditio
 def reconcile_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict,
                       memo: kopf.Memo, patch: kopf.Patch, **_) -> None:
     """Tables exist and match the spec; the ingest Job of the current spec.ingest exists."""
-    conditions = Conditions(status.get("conditions"), meta["generation"])
+    generation = meta["generation"]
+    conditions = Conditions(status.get("conditions"), generation)
     try:
         schema = dataset_schema(name, spec)
     except RingfeedError as error:
-        _give_up(patch, conditions, "InvalidSpec", f"spec.schema: {error}", permanent=True)
-    store = _open_store(memo, namespace, spec["storage"], patch, conditions)
+        _give_up(patch, conditions, generation, "InvalidSpec", f"spec.schema: {error}", permanent=True)
+    volume = ((spec.get("ingest") or {}).get("source") or {}).get("volume") or {}
+    if "hostPath" in volume and not memo.jobs.allow_host_path:
+        _give_up(patch, conditions, generation, "InvalidSpec", "spec.ingest.source.volume.hostPath is not allowed "
+                 "by this operator (Helm value jobs.allowHostPath); use a persistentVolumeClaim", permanent=True)
+    store = _open_store(memo, namespace, spec["storage"], patch, conditions, generation)
     try:
         existing = store.info(schema.name)
     except DatasetNotFound:
         existing = None
-    except RingfeedError as error:
+    except RING_ERRORS as error:
         memo.rings.forget(store)
-        _give_up(patch, conditions, "RingUnreachable", str(error), permanent=False)
+        _give_up(patch, conditions, generation, "RingUnreachable", str(error), permanent=False)
     if existing is None:
         store.create_dataset(schema)
-        kopf.info(body, reason="TablesCreated",
-                  message=f"keyspace {schema.keyspace}: metadata_by_nat, data_by_uuid"
-                          + (", metadata_by_uuid" if schema.with_metadata_by_uuid else ""))
+        _event(body, "TablesCreated", f"keyspace {schema.keyspace}: metadata_by_nat, data_by_uuid"
+                                      + (", metadata_by_uuid" if schema.with_metadata_by_uuid else ""))
     else:
         differences = same_tables(schema, existing.schema)
         if differences:
-            _give_up(patch, conditions, "SchemaMismatch",
+            _give_up(patch, conditions, generation, "SchemaMismatch",
                      f"dataset {schema.name!r} exists on the ring with another schema: " + "; ".join(differences)
-                     + ". Set spec.keyspace to another name, or match the existing schema", permanent=True)
+                     + ". Delete this Dataset and create it again with the existing schema, or with spec.keyspace "
+                       "naming a new keyspace", permanent=True)
         if status.get("keyspace") != schema.keyspace:
-            kopf.info(body, reason="TablesAdopted", message=f"dataset {schema.name!r} already on the ring: "
-                                                            f"{existing.samples:,} samples")
+            _event(body, "TablesAdopted", f"dataset {schema.name!r} is already on the ring: "
+                                          f"{existing.samples:,} samples")
     patch.status["keyspace"] = schema.keyspace
-
     if spec.get("ingest"):
-        _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch)
+        _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch, conditions)
     _observe_dataset(name, namespace, spec, {**status, **patch.status}, meta, body, store, memo, patch, conditions,
                      force_refresh=True)
 
 
-def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo, patch) -> None:
-    """The Job of the current spec.ingest exists, unless it already completed (a cleaned-up Job is not rerun)."""
+def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo, patch, conditions) -> None:
+    """The Job of the current spec.ingest exists, unless it already ran to an end (a finished Job that its TTL
+    removed is not run again; a failed one is retried only by changing spec.ingest)."""
     fingerprint = ingest_fingerprint(spec["ingest"])
     wanted = job_name(name, "ingest", fingerprint)
     recorded = status.get("ingest") or {}
-    if recorded.get("jobName") == wanted and recorded.get("completedAt"):
+    if recorded.get("jobName") == wanted and (recorded.get("completedAt") or recorded.get("failedAt")):
         return
-    _, created = kube.ensure_job(namespace, ingest_job(body, catalog, fingerprint, memo.jobs))
+    if recorded.get("jobName") and recorded["jobName"] != wanted:
+        kube.delete_jobs(namespace, f"job-name={recorded['jobName']}")  # the spec moved on: one ingest at a time
+    try:
+        _, created = kube.ensure_job(namespace, ingest_job(body, catalog, fingerprint, memo.jobs))
+    except kube.JobRejected as error:
+        _give_up(patch, conditions, meta["generation"], "InvalidSpec", str(error), permanent=True)
     if created:
         metrics.JOBS_CREATED.labels("ingest").inc()
-        kopf.info(body, reason="IngestStarted", message=f"Job {wanted}: ringfeed ingest "
-                                                        f"{spec['ingest']['source']['path']}")
+        _event(body, "IngestStarted", f"Job {wanted}: ringfeed ingest {spec['ingest']['source']['path']}")
     if recorded.get("jobName") != wanted:
         # A merge patch keeps keys it does not name: the previous ingest's figures are cleared explicitly.
         patch.status["ingest"] = {"jobName": wanted, "generation": meta["generation"], "startedAt": now_rfc3339(),
-                                  "completedAt": None, "ingested": None, "rejected": None, "rowsPerSecond": None}
+                                  "completedAt": None, "failedAt": None, "ingested": None, "rejected": None,
+                                  "rowsPerSecond": None}
 
 
 @kopf.timer(*DATASETS, interval=POLL_S, initial_delay=POLL_S)
@@ -157,12 +182,13 @@ def watch_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dic
                   memo: kopf.Memo, patch: kopf.Patch, **_) -> None:
     """Follow the ingest Job, refresh the catalog figures every spec.refreshInterval, count the Splits."""
     conditions = Conditions(status.get("conditions"), meta["generation"])
-    if not status.get("keyspace") or conditions.reason("Ready") in PERMANENT_REASONS:
-        return  # the change handler has not created the tables yet, or the spec must change first
+    if status.get("observedGeneration") != meta["generation"] or conditions.reason("Ready") in PERMANENT_REASONS:
+        return  # the change handler has not handled this generation yet, or the spec must change first
     try:
         store = memo.rings.store(namespace, spec["storage"])
-    except (KeyError, RingfeedError, StorageNotSupported) as error:
-        conditions.set("Degraded", True, "RingUnreachable", str(error))
+    except (kube.SecretNotFound, StorageNotSupported, *RING_ERRORS) as error:
+        reason = "SecretNotFound" if isinstance(error, kube.SecretNotFound) else "RingUnreachable"
+        conditions.set("Degraded", True, reason, str(error))
         patch.status["conditions"] = conditions.as_list()
         return
     _observe_dataset(name, namespace, spec, status, meta, body, store, memo, patch, conditions)
@@ -174,20 +200,26 @@ def _observe_dataset(name, namespace, spec, status, meta, body, store, memo, pat
     job = recorded.get("jobName")
     state = "none"
     if spec.get("ingest") and job:
-        state = "succeeded" if recorded.get("completedAt") else kube.job_state(kube.read_job(namespace, job))
+        if recorded.get("completedAt"):
+            state = "succeeded"
+        elif recorded.get("failedAt"):
+            state = "failed"
+        else:
+            state = kube.job_state(kube.read_job(namespace, job))
     if state == "missing":  # deleted by hand before it finished: made again (ingest is idempotent)
-        _ensure_ingest(name, namespace, spec, {}, meta, body, catalog_name(name, spec), memo, patch)
+        _ensure_ingest(name, namespace, spec, {}, meta, body, catalog_name(name, spec), memo, patch, conditions)
     just_finished = state == "succeeded" and not recorded.get("completedAt")
 
     if state in ("running", "missing"):
         conditions.set("Ingesting", True, "JobRunning", f"Job {job} is ingesting {spec['ingest']['source']['path']}")
         conditions.set("Ready", False, "Ingesting", "waiting for the ingest Job to finish")
     elif state == "failed":
-        if conditions.reason("Degraded") != "IngestFailed":
+        if not recorded.get("failedAt"):  # reported once per Job
             message = kube.job_failure(namespace, kube.read_job(namespace, job))
-            kopf.warn(body, reason="IngestFailed", message=f"Job {job}: {message}"[:1000])
+            _event(body, "IngestFailed", f"Job {job}: {message}", warning=True)
             conditions.set("Degraded", True, "IngestFailed", f"Job {job} failed: {message}")
-        conditions.set("Ingesting", False, "JobFailed", f"Job {job} failed")
+            patch.status["ingest"] = {**recorded, "failedAt": now_rfc3339()}
+        conditions.set("Ingesting", False, "JobFailed", f"Job {job} failed; change spec.ingest to run another")
         conditions.set("Ready", False, "IngestFailed", "the ingest Job failed; see the Degraded condition")
     else:
         conditions.set("Ingesting", False, "Completed" if state == "succeeded" else "NoIngest",
@@ -199,8 +231,8 @@ def _observe_dataset(name, namespace, spec, status, meta, body, store, memo, pat
             samples = patch.status.get("samples", status.get("samples")) or 0
             conditions.set("Ready", True, "Ready", f"{samples:,} samples in keyspace {status.get('keyspace')}")
         if just_finished and refresh == "done":
-            kopf.info(body, reason="IngestSucceeded",
-                      message=f"Job {job}: {patch.status['ingest'].get('ingested') or 0:,} samples written")
+            _event(body, "IngestSucceeded", f"Job {job}: {patch.status['ingest'].get('ingested') or 0:,} samples "
+                                            "written")
 
     patch.status["splits"] = len(kube.referrers(namespace, "splits", lambda s: s.get("dataset"), name))
     patch.status["conditions"] = conditions.as_list()
@@ -217,7 +249,7 @@ def _refresh_stats(name, namespace, spec, status, store, memo, patch, conditions
         return "skipped"
     try:
         info = store.info(catalog_name(name, spec))
-    except RingfeedError as error:
+    except RING_ERRORS as error:
         memo.rings.forget(store)
         conditions.set("Degraded", True, "RingUnreachable", f"cannot read the catalog: {error}")
         return "failed"
@@ -233,38 +265,47 @@ def _refresh_stats(name, namespace, spec, status, store, memo, patch, conditions
 
 @kopf.on.delete(*DATASETS)
 @counted("Dataset")
-def delete_dataset(name: str, namespace: str, spec: dict, status: dict, body: dict, memo: kopf.Memo, **_) -> None:
-    """Refuse while Splits use the Dataset; then drop the tables when deletionPolicy is Delete."""
+def delete_dataset(name: str, namespace: str, spec: dict, status: dict, body: dict, memo: kopf.Memo,
+                   retry: int, **_) -> None:
+    """Refuse while Splits use the Dataset; stop its Jobs; drop the tables when deletionPolicy is Delete."""
     splits = kube.referrers(namespace, "splits", lambda s: s.get("dataset"), name)
     if splits:
         message = f"Dataset {name} is used by Split(s) {', '.join(splits)}: delete them first"
-        kopf.warn(body, reason="DeletionBlocked", message=message)
+        _event(body, "DeletionBlocked", message, warning=True)
         raise kopf.TemporaryError(message, delay=10)
+    selector = f"{LABEL_DATASET}={name}"
+    kube.delete_jobs(namespace, selector)
+    if pods := kube.pods_left(namespace, selector):  # an ingest still writing would recreate what is dropped
+        raise kopf.TemporaryError(f"waiting for Pod(s) {', '.join(pods)} to stop", delay=3)
+    metrics.forget_dataset(namespace, name)
     if spec.get("deletionPolicy", "Retain") != "Delete" or not status.get("keyspace"):
         return
     try:
-        store = memo.rings.store(namespace, spec["storage"])
-        store.drop_dataset(catalog_name(name, spec))
+        memo.rings.store(namespace, spec["storage"]).drop_dataset(catalog_name(name, spec))
     except DatasetNotFound:
         return
-    except (KeyError, RingfeedError) as error:
+    except (kube.SecretNotFound, StorageNotSupported, *RING_ERRORS) as error:
         message = f"deletionPolicy Delete: cannot drop keyspace {status['keyspace']}: {error}"
-        kopf.warn(body, reason="DeleteFailed", message=message)
+        if retry + 1 >= DROP_ATTEMPTS:  # never hold the object (and its namespace) forever
+            _event(body, "DeleteFailed", f"{message}; giving up after {DROP_ATTEMPTS} attempts, the keyspace stays",
+                   warning=True)
+            return
+        _event(body, "DeleteFailed", message, warning=True)
         raise kopf.TemporaryError(message, delay=15)
-    kopf.info(body, reason="TablesDropped", message=f"keyspace {status['keyspace']} dropped (deletionPolicy Delete)")
+    _event(body, "TablesDropped", f"keyspace {status['keyspace']} dropped (deletionPolicy Delete)")
 
 
 # -- Split -----------------------------------------------------------------------------------------------------------
 
-def _ready_dataset(namespace: str, split_spec_: dict, patch, conditions: Conditions) -> dict:
+def _ready_dataset(namespace: str, split_spec_: dict, patch, conditions: Conditions, generation: int) -> dict:
     dataset = kube.read_object(namespace, "datasets", split_spec_["dataset"])
     if dataset is None:
-        _give_up(patch, conditions, "DatasetNotFound", f"Dataset {split_spec_['dataset']} does not exist in "
-                                                       f"namespace {namespace}", permanent=False, delay=10)
+        _give_up(patch, conditions, generation, "DatasetNotFound", f"Dataset {split_spec_['dataset']} does not "
+                 f"exist in namespace {namespace}", permanent=False, delay=10)
     ready = Conditions((dataset.get("status") or {}).get("conditions"), 0)
     if not ready.is_true("Ready"):
-        _give_up(patch, conditions, "DatasetNotReady", f"waiting for Dataset {split_spec_['dataset']} to be Ready "
-                 f"({ready.reason('Ready') or 'not reconciled yet'})", permanent=False, delay=10)
+        _give_up(patch, conditions, generation, "DatasetNotReady", f"waiting for Dataset {split_spec_['dataset']} "
+                 f"to be Ready ({ready.reason('Ready') or 'not reconciled yet'})", permanent=False, delay=10)
     return dataset
 
 
@@ -275,53 +316,66 @@ def reconcile_split(name: str, namespace: str, spec: dict, status: dict, meta: d
                     memo: kopf.Memo, patch: kopf.Patch, **_) -> None:
     """Launch the split Job once the Dataset is Ready (a Split's spec never changes: the schema forbids it)."""
     conditions = Conditions(status.get("conditions"), meta["generation"])
-    if status.get("contentHash"):
-        return
+    if status.get("contentHash") or conditions.reason("Ready") == "Failed":
+        return  # computed, or refused by the engine: both final
     try:
         parameters = split_spec(spec)
     except SplitError as error:
-        _give_up(patch, conditions, "InvalidSpec", str(error), permanent=True)
-    _ensure_split_job(namespace, spec, body, parameters, memo, patch, conditions)
+        _give_up(patch, conditions, meta["generation"], "InvalidSpec", str(error), permanent=True)
+    _ensure_split_job(namespace, spec, body, parameters, memo, patch, conditions, meta["generation"])
     patch.status["observedGeneration"] = meta["generation"]
 
 
-def _ensure_split_job(namespace, spec, body, parameters, memo, patch, conditions: Conditions) -> None:
-    dataset = _ready_dataset(namespace, spec, patch, conditions)
+def _ensure_split_job(namespace, spec, body, parameters, memo, patch, conditions: Conditions,
+                      generation: int) -> None:
+    dataset = _ready_dataset(namespace, spec, patch, conditions, generation)
     manifest = split_job(body, dataset, catalog_name(dataset["metadata"]["name"], dataset["spec"]),
                          split_arguments(parameters), memo.jobs)
-    _, created = kube.ensure_job(namespace, manifest)
+    try:
+        _, created = kube.ensure_job(namespace, manifest)
+    except kube.JobRejected as error:
+        _give_up(patch, conditions, generation, "InvalidSpec", str(error), permanent=True)
     if created:
         metrics.JOBS_CREATED.labels("split").inc()
-        kopf.info(body, reason="SplitStarted", message=f"Job {manifest['metadata']['name']}: {parameters.describe()}")
+        _event(body, "SplitStarted", f"Job {manifest['metadata']['name']}: {parameters.describe()}")
     patch.status["jobName"] = manifest["metadata"]["name"]
     conditions.set("Ready", False, "Computing", f"Job {manifest['metadata']['name']} is computing the split")
     patch.status["conditions"] = conditions.as_list()
 
 
-@kopf.timer(*SPLITS, interval=POLL_S, initial_delay=POLL_S,
-            when=lambda status, **_: bool(status.get("jobName")) and not status.get("contentHash"))
+def _split_in_progress(status, **_) -> bool:
+    reason = Conditions(status.get("conditions"), 0).reason("Ready")
+    return bool(status.get("jobName")) and not status.get("contentHash") and reason != "Failed"
+
+
+@kopf.timer(*SPLITS, interval=POLL_S, initial_delay=POLL_S, when=_split_in_progress)
 @counted("Split")
 def watch_split(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: kopf.Memo,
                 patch: kopf.Patch, **_) -> None:
-    """When the split Job ends: the stored split's figures into status, or why it failed."""
-    conditions = Conditions(status.get("conditions"), meta["generation"])
+    """When the split Job ends: the stored split's figures into status, or why it failed (final either way)."""
+    generation = meta["generation"]
+    conditions = Conditions(status.get("conditions"), generation)
     job = kube.read_job(namespace, status["jobName"])
     state = kube.job_state(job)
-    if state == "failed" and conditions.reason("Ready") != "Failed":
+    if state == "failed":
         message = kube.job_failure(namespace, job)
-        kopf.warn(body, reason="SplitFailed", message=message[:1000])
+        _event(body, "SplitFailed", message, warning=True)
         conditions.set("Ready", False, "Failed", f"Job {status['jobName']} failed: {message}")
     elif state == "missing":  # deleted by hand before it finished: made again
-        _ensure_split_job(namespace, spec, body, split_spec(spec), memo, patch, conditions)
+        _ensure_split_job(namespace, spec, body, split_spec(spec), memo, patch, conditions, generation)
     elif state == "succeeded":
         dataset = kube.read_object(namespace, "datasets", spec["dataset"])
         if dataset is None:
             conditions.set("Ready", False, "DatasetNotFound", f"Dataset {spec['dataset']} was deleted")
         else:
-            store = _open_store(memo, namespace, dataset["spec"]["storage"], patch, conditions)
+            store = _open_store(memo, namespace, dataset["spec"]["storage"], patch, conditions, generation)
             parameters = split_spec(spec)
-            versions = [s for s in list_splits(store, catalog_name(spec["dataset"], dataset["spec"]), name)
-                        if s.spec == parameters]
+            try:
+                versions = [s for s in list_splits(store, catalog_name(spec["dataset"], dataset["spec"]), name)
+                            if s.spec == parameters]
+            except RING_ERRORS as error:
+                memo.rings.forget(store)
+                raise kopf.TemporaryError(f"cannot read the stored split: {error}", delay=POLL_S) from None
             if not versions:
                 conditions.set("Ready", False, "Failed", "the Job succeeded but no stored split matches the spec")
             else:
@@ -331,9 +385,9 @@ def watch_split(name: str, namespace: str, spec: dict, status: dict, meta: dict,
                     metrics.SPLIT_SAMPLES.labels(namespace, name, part).set(samples)
                 conditions.set("Ready", True, "Computed", f"version {stored.version}: {stored.samples:,} samples, "
                                                           f"hash {stored.content_hash[:12]}")
-                kopf.info(body, reason="SplitComputed",
-                          message=", ".join(f"{p} {n:,}" for p, n in stored.part_sizes.items()))
+                _event(body, "SplitComputed", ", ".join(f"{p} {n:,}" for p, n in stored.part_sizes.items()))
     patch.status["conditions"] = conditions.as_list()
+    patch.status["observedGeneration"] = generation
 
 
 @kopf.on.delete(*SPLITS)
@@ -343,7 +397,7 @@ def delete_split(name: str, namespace: str, body: dict, **_) -> None:
     jobs = kube.referrers(namespace, "trainingjobs", lambda s: (s.get("split") or {}).get("name"), name)
     if jobs:
         message = f"Split {name} is used by TrainingJob(s) {', '.join(jobs)}: delete them first"
-        kopf.warn(body, reason="DeletionBlocked", message=message)
+        _event(body, "DeletionBlocked", message, warning=True)
         raise kopf.TemporaryError(message, delay=10)
 
 

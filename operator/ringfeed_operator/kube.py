@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -20,29 +21,60 @@ def _api() -> kubernetes.client.ApiClient:
     return kubernetes.client.ApiClient()
 
 
+class SecretNotFound(Exception):
+    """A Secret, or a key of it, that a Dataset names does not exist."""
+
+
+class JobRejected(Exception):
+    """The API server refused a Job the operator built from a spec (invalid, forbidden, or another owner's)."""
+
+
 def secret_value(namespace: str, name: str, key: str) -> str:
-    """A key of a Secret; KeyError names what is missing."""
     try:
         secret = kubernetes.client.CoreV1Api(_api()).read_namespaced_secret(name, namespace)
     except ApiException as error:
         if error.status == 404:
-            raise KeyError(f"Secret {namespace}/{name} not found") from None
+            raise SecretNotFound(f"Secret {namespace}/{name} not found") from None
         raise
     if key not in (secret.data or {}):
-        raise KeyError(f"Secret {namespace}/{name} has no key {key!r}")
+        raise SecretNotFound(f"Secret {namespace}/{name} has no key {key!r}")
     return base64.b64decode(secret.data[key]).decode()
 
 
 def ensure_job(namespace: str, manifest: dict) -> tuple[dict, bool]:
-    """Create the Job unless one of that name exists (a restarted operator finds the one it made); → (job, created)."""
+    """Create the Job unless its owner already made it (a restarted operator finds it); → (job, created)."""
     batch = kubernetes.client.BatchV1Api(_api())
+    name = manifest["metadata"]["name"]
     try:
         created = batch.create_namespaced_job(namespace, manifest)
         return _api().sanitize_for_serialization(created), True
     except ApiException as error:
+        if error.status in (400, 403, 422):
+            reason = (json.loads(error.body or "{}") or {}).get("message", error.reason)
+            raise JobRejected(f"Job {name} refused by the API server: {reason}") from None
         if error.status != 409:
             raise
-    return read_job(namespace, manifest["metadata"]["name"]), False
+    job = read_job(namespace, name)
+    owners = {o.get("uid") for o in (job or {}).get("metadata", {}).get("ownerReferences") or ()}
+    if job is not None and manifest["metadata"]["ownerReferences"][0]["uid"] not in owners:
+        raise JobRejected(f"Job {name} already exists and belongs to another object")
+    return job, False
+
+
+def delete_jobs(namespace: str, selector: str) -> None:
+    """Delete Jobs and, in the background, their Pods."""
+    batch = kubernetes.client.BatchV1Api(_api())
+    for job in batch.list_namespaced_job(namespace, label_selector=selector).items:
+        try:
+            batch.delete_namespaced_job(job.metadata.name, namespace, propagation_policy="Background")
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
+def pods_left(namespace: str, selector: str) -> list[str]:
+    pods = kubernetes.client.CoreV1Api(_api()).list_namespaced_pod(namespace, label_selector=selector).items
+    return [p.metadata.name for p in pods]
 
 
 def read_job(namespace: str, name: str) -> dict | None:

@@ -87,7 +87,7 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, settings: Job
     ingest = spec["ingest"]
     name = dataset["metadata"]["name"]
     labels = {LABEL_DATASET: name, LABEL_COMPONENT: "ingest", LABEL_MANAGED_BY: MANAGER}
-    source = f"{SOURCE_MOUNT}/{ingest['source']['path']}".rstrip("/")
+    source = f"{SOURCE_MOUNT}/{ingest['source']['path']}".rstrip("/").removesuffix("/.")
     arguments = [
         "ingest", catalog_name, source, f"--format={ingest.get('format', 'auto')}",
         f"--path-column={ingest.get('pathColumn', 'path')}", f"--label-column={ingest.get('labelColumn', 'label')}",
@@ -100,7 +100,7 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, settings: Job
     container = {
         "name": "ingest", "command": ["ringfeed"], "args": arguments, "env": ring_env(spec["storage"]),
         "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}, *tls_mounts],
-        "resources": ingest.get("resources") or {},
+        "resources": ingest.get("resources") or settings.resources.get("ingest", {}),
     }
     volume = {"name": "source", **ingest["source"]["volume"]}
     return _job(job_name(name, "ingest", fingerprint), dataset, labels, container, settings, [volume, *tls_volumes])
@@ -115,6 +115,7 @@ def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str
     tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"])
     container = {"name": "split", "command": ["ringfeed"],
                  "args": ["split", "create", catalog_name, name, *arguments],
-                 "env": ring_env(dataset["spec"]["storage"]), "volumeMounts": tls_mounts}
+                 "env": ring_env(dataset["spec"]["storage"]), "volumeMounts": tls_mounts,
+                 "resources": settings.resources.get("split", {})}
     return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, settings,
                 tls_volumes)

@@ -11,3 +11,12 @@ DATASET_READY = Gauge("ringfeed_dataset_ready", "1 when the Dataset's Ready cond
                       ["namespace", "dataset"])
 SPLIT_SAMPLES = Gauge("ringfeed_split_samples", "Samples per part of a computed Split.",
                       ["namespace", "split", "part"])
+
+
+def forget_dataset(namespace: str, name: str) -> None:
+    """A deleted Dataset's series end with it."""
+    for gauge in (DATASET_SAMPLES, DATASET_BYTES, DATASET_READY):
+        try:
+            gauge.remove(namespace, name)
+        except KeyError:
+            pass

@@ -52,7 +52,9 @@ class Rings:
         path = Path(tempfile.gettempdir()) / "ringfeed-ca" / f"{hashlib.sha256(pem.encode()).hexdigest()[:16]}.crt"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(pem)
+            partial = path.with_suffix(f".{threading.get_ident()}.tmp")
+            partial.write_text(pem)
+            partial.replace(path)  # atomic: a concurrent reader never sees half a certificate
         return str(path)
 
     def forget(self, store: Store) -> None:

@@ -46,18 +46,18 @@ SETTINGS = JobSettings(image="registry.example/ringfeed/dataplane:9", host_netwo
 
 
 def test_conditions_keep_transition_time_until_the_status_changes():
-    conditions = Conditions(None, generation=1)
-    conditions.set("Ready", False, "Ingesting", "waiting")
-    first = conditions.get("Ready")["lastTransitionTime"]
-    again = Conditions(conditions.as_list(), generation=2)
-    again.set("Ready", False, "Ingesting", "still waiting")
-    assert again.get("Ready")["lastTransitionTime"] == first
-    assert again.get("Ready")["observedGeneration"] == 2 and again.get("Ready")["message"] == "still waiting"
-    again.set("Ready", True, "Ready", "done")
-    assert again.is_true("Ready") and again.reason("Ready") == "Ready"
-    again.set("Degraded", None, "Unknown")
-    assert [c["type"] for c in again.as_list()] == ["Degraded", "Ready"]
-    assert again.get("Degraded")["status"] == "Unknown"
+    old = "2000-01-01T00:00:00Z"
+    conditions = Conditions([{"type": "Ready", "status": "False", "reason": "Ingesting", "message": "waiting",
+                              "observedGeneration": 1, "lastTransitionTime": old}], generation=2)
+    conditions.set("Ready", False, "Ingesting", "still waiting")
+    assert conditions.get("Ready")["lastTransitionTime"] == old
+    assert conditions.get("Ready")["observedGeneration"] == 2 and conditions.get("Ready")["message"] == "still waiting"
+    conditions.set("Ready", True, "Ready", "done")
+    assert conditions.is_true("Ready") and conditions.reason("Ready") == "Ready"
+    assert conditions.get("Ready")["lastTransitionTime"] > old
+    conditions.set("Degraded", None, "Unknown")
+    assert [c["type"] for c in conditions.as_list()] == ["Degraded", "Ready"]
+    assert conditions.get("Degraded")["status"] == "Unknown"
 
 
 def test_dataset_spec_becomes_the_data_plane_schema():
@@ -86,11 +86,16 @@ def test_existing_tables_match_when_only_class_names_grew():
     assert same_tables(declared, other_keys)[0].startswith("natural_keys:")
 
 
-def test_ingest_fingerprint_changes_with_the_ingest_spec_only():
+def test_ingest_fingerprint_changes_with_what_is_ingested_only():
     ingest = DATASET["spec"]["ingest"]
-    assert ingest_fingerprint(ingest) == ingest_fingerprint(copy.deepcopy(ingest))
-    assert ingest_fingerprint(ingest) != ingest_fingerprint({**ingest, "workers": 5})
     assert len(ingest_fingerprint(ingest)) == 8
+    # Tuning, and defaults written out by the API server, start no new ingest.
+    for same in ({**ingest, "workers": 5, "concurrency": 8, "consistency": "QUORUM", "resources": {"limits": {}}},
+                 {**ingest, "pathColumn": "path", "labelColumn": "label", "maxSampleMB": 64}):
+        assert ingest_fingerprint(same) == ingest_fingerprint(ingest)
+    for other in ({**ingest, "format": "manifest"}, {**ingest, "fullDecode": False}, {**ingest, "maxSampleMB": 8},
+                  {**ingest, "source": {**ingest["source"], "path": "slides/v2"}}):
+        assert ingest_fingerprint(other) != ingest_fingerprint(ingest)
 
 
 def test_ingest_job_runs_ringfeed_ingest_with_the_spec_and_the_secret():
@@ -114,6 +119,11 @@ def test_ingest_job_runs_ringfeed_ingest_with_the_spec_and_the_secret():
     assert {"name": "source", "persistentVolumeClaim": {"claimName": "raw"}} in pod["volumes"]
     assert {"name": "source", "mountPath": "/data", "readOnly": True} in container["volumeMounts"]
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]  # read-only root file system
+    assert container["resources"] == SETTINGS.resources["ingest"]  # the operator's default: spec sets none
+    with_resources = copy.deepcopy(DATASET)
+    with_resources["spec"]["ingest"]["resources"] = {"requests": {"cpu": "4"}}
+    assert ingest_job(with_resources, "t", "x", SETTINGS)["spec"]["template"]["spec"]["containers"][0][
+        "resources"] == {"requests": {"cpu": "4"}}
 
 
 def test_job_names_fit_a_label_value():
@@ -162,6 +172,7 @@ def test_split_job_is_owned_by_the_split_and_reads_the_dataset_ring():
     assert container["args"] == ["split", "create", "tumour_slides", "by-patient", "--ratios=7,2,1"]
     assert {e["name"] for e in container["env"]} == {"RINGFEED_HOSTS", "RINGFEED_PORT", "RINGFEED_USERNAME",
                                                      "RINGFEED_PASSWORD"}
+    assert container["resources"]["requests"]["memory"] == SETTINGS.resources["split"]["requests"]["memory"]
 
 
 def test_split_status_carries_the_engines_figures():

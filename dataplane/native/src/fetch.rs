@@ -198,7 +198,7 @@ struct Shared {
     concurrency: usize,
     max_retries: u32,
     decode: Decode,
-    decoders: Option<rayon::ThreadPool>,
+    decoders: Option<DecoderPool>,
     pool: Arc<BufferPool>,
     /// Bytes per sample of the last batch read without decoding: sizes the next batch's buffer.
     sample_bytes: AtomicUsize,
@@ -227,10 +227,7 @@ impl Fetcher {
         }
         let decoders = match decode {
             Decode::Image(_) => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(decode_threads)
-                    .thread_name(|i| format!("ringfeed-decode-{i}"))
-                    .build()
+                DecoderPool::start(decode_threads)
                     .map_err(|err| PyRuntimeError::new_err(format!("cannot start decoder threads: {err}")))?,
             ),
             _ => None,
@@ -487,6 +484,54 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
     })
 }
 
+type DecodeTask = Box<dyn FnOnce() + Send>;
+
+/// Decoder threads fed by a queue. An idle thread sleeps in the queue's receive: on cores shared with the Cassandra
+/// node a work-stealing pool's idle spinning costs the node CPU, and a task (a group of samples, milliseconds of
+/// work) gains nothing from stealing.
+struct DecoderPool {
+    tasks: Mutex<Option<std::sync::mpsc::Sender<DecodeTask>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl DecoderPool {
+    fn start(threads: usize) -> std::io::Result<Self> {
+        let (sender, receiver) = std::sync::mpsc::channel::<DecodeTask>();
+        let receiver = Arc::new(Mutex::new(receiver));
+        let threads = (0..threads.max(1))
+            .map(|index| {
+                let receiver = Arc::clone(&receiver);
+                std::thread::Builder::new().name(format!("ringfeed-decode-{index}")).spawn(move || {
+                    loop {
+                        // The lock is held only while waiting for one task; the task runs unlocked.
+                        let task = receiver.lock().expect("decoder queue lock").recv();
+                        match task {
+                            Ok(task) => task(),
+                            Err(_) => return, // the pool was dropped
+                        }
+                    }
+                })
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Self { tasks: Mutex::new(Some(sender)), threads })
+    }
+
+    fn spawn(&self, task: impl FnOnce() + Send + 'static) {
+        if let Some(sender) = self.tasks.lock().expect("decoder queue lock").as_ref() {
+            let _ = sender.send(Box::new(task));
+        }
+    }
+}
+
+impl Drop for DecoderPool {
+    fn drop(&mut self) {
+        self.tasks.lock().expect("decoder queue lock").take(); // closes the queue: threads finish their task and exit
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Hands a group of arrived samples to the decoder threads; returns the number of tasks started (0 or 1). Groups
 /// keep decoding in step with the reads at a fraction of the cost of one task per sample.
 fn dispatch_decodes(
@@ -503,8 +548,14 @@ fn dispatch_decodes(
     shared.decoders.as_ref().expect("image decoding has a pool").spawn(move || {
         let results: Vec<_> = group
             .iter()
-            // Safety: one sample per position; nothing else writes or reads this slot.
-            .map(|(position, data)| (*position, decode_image(data, &shape, unsafe { slots.slot(*position) })))
+            // Safety (slot): one sample per position; nothing else writes or reads this slot.
+            .map(|(position, data)| {
+                // A decoder panic on a hostile input is that sample's corruption, not a lost batch.
+                let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    decode_image(data, &shape, unsafe { slots.slot(*position) })
+                }));
+                (*position, decoded.unwrap_or_else(|_| Err("the image decoder panicked on it".to_string())))
+            })
             .collect();
         // Let go of the buffer before reporting: the batch takes it back once every decoder is done.
         drop(slots);
@@ -561,8 +612,12 @@ pub(crate) fn decode_image(encoded: &[u8], shape: &ImageShape, out: &mut [u8]) -
     if shape.crop {
         options = options.fit_into_destination(Some((0.5, 0.5)));
     }
-    Resizer::new()
-        .resize(&source, &mut target, &options)
+    // One resizer per thread: it keeps its scratch buffers (~160 kB for 224×224 RGB) between images, which a
+    // fresh one would allocate, page-fault and free for every image.
+    thread_local! {
+        static RESIZER: std::cell::RefCell<Resizer> = std::cell::RefCell::new(Resizer::new());
+    }
+    RESIZER.with_borrow_mut(|resizer| resizer.resize(&source, &mut target, &options))
         .map_err(|err| format!("cannot resize: {err}"))
 }
 

@@ -294,6 +294,8 @@ impl Session {
             .block_on(py, self.client.session.prepare(cql.as_str()))?
             .map_err(|err| PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err))))?;
         statement.set_is_idempotent(true);
+        // The columns are known from the prepare: rows come back without repeating their metadata.
+        statement.set_use_cached_result_metadata(true);
         Fetcher::new(Arc::clone(&self.client), statement, concurrency, max_retries, decode, decode_threads)
     }
 

@@ -182,9 +182,11 @@ class Loader:
 
     @property
     def window_batches(self) -> int:
-        """Batches kept in flight: `prefetch`, or more when batches are too small to keep the request window full
-        across batch boundaries."""
-        return max(self.prefetch, -(-self.concurrency // self.plan.batch_size) + 1)
+        """Batches kept in flight: `prefetch`, or more when batches are small. The requests of the oldest batches
+        finish unevenly, so the window holds two requests' worth of samples (plus the batch being handed over) to
+        keep `concurrency` reads in flight at batch boundaries (measured: batches of 32 × 20 kB at 0.86× a
+        reader that never pauses with one window's worth, ~1.0× with two)."""
+        return max(self.prefetch, -(-2 * self.concurrency // self.plan.batch_size) + 1)
 
     def open(self) -> Loader:
         """Connect now rather than at the first batch (to fail early, or to keep set-up out of a measurement)."""
