@@ -301,8 +301,8 @@ def test_split_is_computed_with_the_engines_figures_and_is_immutable(cluster: Cl
     assert patch.returncode != 0 and "immutable" in patch.stderr
     assert get(cluster, ns, "splits", "by-patient")["spec"]["seed"] == 7
     columns = cluster.kubectl("get", "splits", "-n", ns).stdout.splitlines()
-    assert columns[0].split()[:3] == ["NAME", "READY", "DATASET"] and columns[1].split()[:3] == [
-        "by-patient", "True", "slides"]
+    assert columns[0].split()[:5] == ["NAME", "READY", "DATASET", "SAMPLES", "PARTS"]
+    assert columns[1].split()[:5] == ["by-patient", "True", "slides", str(status["samples"]), "train,val,test"]
 
 
 def test_a_ring_certificate_from_another_ca_is_refused(cluster: Cluster, ns: str, ring, source, tmp_path):
