@@ -93,7 +93,7 @@ bench-ingest: deps $(REFWRITER) ## Ringfeed ingest vs a plain Rust scylla writer
 	$(PY) benchmarks/bench_ingest.py --refwriter $(REFWRITER)
 
 bench-loader: deps $(REFREADER) ## Loader vs a Rust scylla reader, a Python driver loop, files on disk (BAR lines)
-	$(PY) benchmarks/bench_loader.py --refreader $(REFREADER)
+	$(PY) -X faulthandler benchmarks/bench_loader.py --refreader $(REFREADER)
 
 bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorithm, and the metadata scan (BAR lines)
 	$(PY) benchmarks/bench_split.py

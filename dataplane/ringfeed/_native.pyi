@@ -95,9 +95,12 @@ class Session:
         crop: bool = True,
         raw_item_bytes: int | None = None,
         decode_threads: int = 2,
+        rows_per_request: int = 8,
     ) -> Fetcher:
         """A batch reader of ``keyspace.table`` (``uuid`` → ``label``, ``data``), prepared here (GIL released).
 
+        A batch's samples are grouped by the node that owns them and read ``rows_per_request`` at a time
+        (``uuid IN (...)`` sent to that node; 1: one read per sample).
         ``image_size=(height, width)`` decodes JPEG/PNG to uint8 (height, width, channels) on ``decode_threads``
         native threads (resized bilinearly; with ``crop``, centre-cropped to the aspect ratio first);
         ``raw_item_bytes`` expects fixed-size raw tensors; neither keeps the stored bytes.

@@ -19,6 +19,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3::{PyErr, ffi};
+use scylla::policies::load_balancing::{NodeIdentifier, SingleTargetLoadBalancingPolicy};
 use scylla::statement::prepared::PreparedStatement;
 use tokio::sync::{Semaphore, mpsc};
 use uuid::Uuid;
@@ -80,7 +81,11 @@ impl Drop for Buffer {
 
 #[pymethods]
 impl Buffer {
-    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
         let bytes = &slf.get().bytes;
         // Writable, so that torch.from_numpy accepts it; nothing on the Rust side reads the bytes after hand-off.
         let status = unsafe {
@@ -93,7 +98,11 @@ impl Buffer {
                 flags,
             )
         };
-        if status == -1 { Err(PyErr::fetch(slf.py())) } else { Ok(()) }
+        if status == -1 {
+            Err(PyErr::fetch(slf.py()))
+        } else {
+            Ok(())
+        }
     }
 
     fn __len__(&self) -> usize {
@@ -191,9 +200,40 @@ struct Assembled {
 
 type Outcome = Result<Assembled, String>;
 
+impl Shared {
+    /// `statements.many` sent only to `node` (by host id).
+    fn targeted_many(&self, node: Uuid) -> PreparedStatement {
+        let mut targeted = self.targeted.lock().expect("no panics while locked");
+        targeted
+            .entry(node)
+            .or_insert_with(|| {
+                let mut statement = self.statements.many.clone();
+                statement.set_load_balancing_policy(Some(SingleTargetLoadBalancingPolicy::new(
+                    NodeIdentifier::HostId(node),
+                    None,
+                )));
+                statement
+            })
+            .clone()
+    }
+}
+
+/// The prepared reads of one table: one row by UUID, and several (`IN`) sent to a replica that owns them all.
+pub(crate) struct Statements {
+    pub(crate) one: PreparedStatement,
+    pub(crate) many: PreparedStatement,
+    pub(crate) keyspace: String,
+    pub(crate) table: String,
+    /// Rows per request: one request (and one response, one wake-up) per few rows costs the node and the client
+    /// far less CPU per row than one per row.
+    pub(crate) rows_per_request: usize,
+}
+
 struct Shared {
     client: Arc<Client>,
-    statement: PreparedStatement,
+    statements: Statements,
+    /// `statements.many` pinned to one node, by host id (made on first use).
+    targeted: Mutex<HashMap<Uuid, PreparedStatement>>,
     window: Semaphore,
     concurrency: usize,
     max_retries: u32,
@@ -216,7 +256,7 @@ pub struct Fetcher {
 impl Fetcher {
     pub(crate) fn new(
         client: Arc<Client>,
-        statement: PreparedStatement,
+        statements: Statements,
         concurrency: u32,
         max_retries: u32,
         decode: Decode,
@@ -226,23 +266,26 @@ impl Fetcher {
             return Err(PyValueError::new_err("concurrency must be at least 1"));
         }
         let decoders = match decode {
-            Decode::Image(_) => Some(
-                DecoderPool::start(decode_threads)
-                    .map_err(|err| PyRuntimeError::new_err(format!("cannot start decoder threads: {err}")))?,
-            ),
+            Decode::Image(_) => Some(DecoderPool::start(decode_threads).map_err(|err| {
+                PyRuntimeError::new_err(format!("cannot start decoder threads: {err}"))
+            })?),
             _ => None,
         };
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Ok(Self {
             shared: Arc::new(Shared {
                 client,
-                statement,
+                statements,
+                targeted: Mutex::new(HashMap::new()),
                 window: Semaphore::new(concurrency as usize),
                 concurrency: concurrency as usize,
                 max_retries,
                 decode,
                 decoders,
-                pool: Arc::new(BufferPool { free: Mutex::new(Vec::new()), keep: POOLED_BUFFERS }),
+                pool: Arc::new(BufferPool {
+                    free: Mutex::new(Vec::new()),
+                    keep: POOLED_BUFFERS,
+                }),
                 sample_bytes: AtomicUsize::new(0),
             }),
             done_tx,
@@ -279,7 +322,9 @@ impl Fetcher {
             let outcome = AssertUnwindSafe(read_batch(Arc::clone(&shared), uuids))
                 .catch_unwind()
                 .await
-                .unwrap_or_else(|_| Err("internal error while reading a batch (see stderr)".to_owned()));
+                .unwrap_or_else(|_| {
+                    Err("internal error while reading a batch (see stderr)".to_owned())
+                });
             // The receiver lives as long as the Fetcher; a dropped Fetcher no longer wants the batch.
             let _ = done.send((ticket, outcome));
         });
@@ -294,7 +339,11 @@ impl Fetcher {
                 break found;
             }
             // With prefetch the batch is usually done already: no need to enter the runtime or release the GIL.
-            let ready = self.done_rx.try_lock().ok().and_then(|mut rx| rx.try_recv().ok());
+            let ready = self
+                .done_rx
+                .try_lock()
+                .ok()
+                .and_then(|mut rx| rx.try_recv().ok());
             let received = match ready {
                 Some(received) => received,
                 None => self
@@ -306,15 +355,24 @@ impl Fetcher {
             if ticket.is_none() || ticket == Some(received.0) {
                 break received;
             }
-            self.finished.lock().expect("no panics while locked").insert(received.0, received.1);
+            self.finished
+                .lock()
+                .expect("no panics while locked")
+                .insert(received.0, received.1);
         };
         let batch = outcome.map_err(PyRuntimeError::new_err)?;
         let buffer = |bytes: Vec<u8>| Py::new(py, Buffer::new(bytes));
-        let data = Buffer { bytes: batch.data, pool: Some(Arc::clone(&self.shared.pool)) };
+        let data = Buffer {
+            bytes: batch.data,
+            pool: Some(Arc::clone(&self.shared.pool)),
+        };
         Ok(FetchedBatch {
             ticket,
             data: Py::new(py, data)?,
-            spans: batch.spans.map(|spans| buffer(i64_bytes(&spans))).transpose()?,
+            spans: batch
+                .spans
+                .map(|spans| buffer(i64_bytes(&spans)))
+                .transpose()?,
             labels: buffer(i32_bytes(&batch.labels))?,
             positions: buffer(i64_bytes(&batch.positions))?,
             missing: batch.missing,
@@ -325,13 +383,20 @@ impl Fetcher {
 }
 
 fn i32_bytes(values: &[i32]) -> Vec<u8> {
-    values.iter().flat_map(|value| value.to_le_bytes()).collect()
+    values
+        .iter()
+        .flat_map(|value| value.to_le_bytes())
+        .collect()
 }
 
 fn i64_bytes(values: &[i64]) -> Vec<u8> {
-    values.iter().flat_map(|value| value.to_le_bytes()).collect()
+    values
+        .iter()
+        .flat_map(|value| value.to_le_bytes())
+        .collect()
 }
 
+#[derive(Clone)]
 struct Row {
     label: i32,
     /// A view into the response frame: the sample's bytes are copied once, into the batch.
@@ -343,7 +408,10 @@ struct Row {
 /// it arrives, so its response frame is freed at once and the batch buffer is the only large allocation.
 enum Target {
     Slots(Arc<Slots>),
-    Appended { data: Vec<u8>, spans: Vec<(i64, i64)> },
+    Appended {
+        data: Vec<u8>,
+        spans: Vec<(i64, i64)>,
+    },
 }
 
 /// A batch buffer written concurrently, one slot per sample. Decoder threads hold an `Arc` while they write, so
@@ -382,7 +450,10 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
         Decode::Bytes => {
             let per_sample = shared.sample_bytes.load(Ordering::Relaxed).max(1024);
             let estimate = per_sample * count + per_sample * count / 16;
-            Target::Appended { data: shared.pool.take_empty(estimate), spans: vec![(0, 0); count] }
+            Target::Appended {
+                data: shared.pool.take_empty(estimate),
+                spans: vec![(0, 0); count],
+            }
         }
         Decode::Raw { item_bytes: item } => Target::Slots(Arc::new(Slots {
             data: std::cell::UnsafeCell::new(shared.pool.take_filled(count * item)),
@@ -396,45 +467,62 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
     let mut labels: Vec<Option<i32>> = vec![None; count];
     let mut corrupt: Vec<(usize, String)> = Vec::new();
     let mut retries = 0;
-    let (decoded_tx, mut decoded_rx) = mpsc::unbounded_channel::<Vec<(usize, Result<(), String>)>>();
+    let (decoded_tx, mut decoded_rx) =
+        mpsc::unbounded_channel::<Vec<(usize, Result<(), String>)>>();
     let mut decoding = 0;
     let mut waiting: Vec<(usize, Bytes)> = Vec::new();
 
-    let mut reads = futures::stream::iter(uuids.into_iter().enumerate())
-        .map(|(position, uuid)| {
+    let mut reads = futures::stream::iter(requests(&shared, &uuids))
+        .map(|request| {
             let shared = &shared;
             async move {
-                let _permit = shared.window.acquire().await.expect("never closed");
-                (position, read_row(shared, uuid).await)
+                let rows = request.rows.len() as u32;
+                let _permits = shared
+                    .window
+                    .acquire_many(rows)
+                    .await
+                    .expect("never closed");
+                read_rows(shared, request).await
             }
         })
         .buffer_unordered(shared.concurrency);
-    while let Some((position, result)) = reads.next().await {
-        let (row, row_retries) = result?;
-        retries += row_retries;
-        let Some(row) = row else { continue };
-        labels[position] = Some(row.label);
-        match (&mut target, shared.decode) {
-            (Target::Appended { data, spans }, _) => {
-                let start = data.len() as i64;
-                data.extend_from_slice(&row.data);
-                spans[position] = (start, data.len() as i64);
-            }
-            (Target::Slots(slots), Decode::Raw { item_bytes }) => {
-                if row.data.len() == item_bytes {
-                    // Safety: one sample per position; nothing else writes or reads this slot.
-                    unsafe { slots.slot(position) }.copy_from_slice(&row.data);
-                } else {
-                    corrupt.push((position, format!("{} bytes, expected {item_bytes}", row.data.len())));
+    while let Some(result) = reads.next().await {
+        let (arrived, request_retries) = result?;
+        retries += request_retries;
+        for (position, row) in arrived {
+            labels[position] = Some(row.label);
+            labels[position] = Some(row.label);
+            match (&mut target, shared.decode) {
+                (Target::Appended { data, spans }, _) => {
+                    let start = data.len() as i64;
+                    data.extend_from_slice(&row.data);
+                    spans[position] = (start, data.len() as i64);
                 }
-            }
-            (Target::Slots(slots), Decode::Image(shape)) => {
-                waiting.push((position, row.data));
-                if waiting.len() == DECODE_GROUP {
-                    decoding += dispatch_decodes(&shared, slots, shape, std::mem::take(&mut waiting), &decoded_tx);
+                (Target::Slots(slots), Decode::Raw { item_bytes }) => {
+                    if row.data.len() == item_bytes {
+                        // Safety: one sample per position; nothing else writes or reads this slot.
+                        unsafe { slots.slot(position) }.copy_from_slice(&row.data);
+                    } else {
+                        corrupt.push((
+                            position,
+                            format!("{} bytes, expected {item_bytes}", row.data.len()),
+                        ));
+                    }
                 }
+                (Target::Slots(slots), Decode::Image(shape)) => {
+                    waiting.push((position, row.data));
+                    if waiting.len() == DECODE_GROUP {
+                        decoding += dispatch_decodes(
+                            &shared,
+                            slots,
+                            shape,
+                            std::mem::take(&mut waiting),
+                            &decoded_tx,
+                        );
+                    }
+                }
+                (Target::Slots(_), Decode::Bytes) => unreachable!("stored bytes are appended"),
             }
-            (Target::Slots(_), Decode::Bytes) => unreachable!("stored bytes are appended"),
         }
     }
     drop(reads);
@@ -442,22 +530,38 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
         decoding += dispatch_decodes(&shared, slots, shape, waiting, &decoded_tx);
     }
     for _ in 0..decoding {
-        let results = decoded_rx.recv().await.expect("every decoder task reports once");
-        corrupt.extend(results.into_iter().filter_map(|(position, result)| result.err().map(|r| (position, r))));
+        let results = decoded_rx
+            .recv()
+            .await
+            .expect("every decoder task reports once");
+        corrupt.extend(
+            results
+                .into_iter()
+                .filter_map(|(position, result)| result.err().map(|r| (position, r))),
+        );
     }
     corrupt.sort_unstable_by_key(|(position, _)| *position);
-    let missing: Vec<usize> = (0..count).filter(|&position| labels[position].is_none()).collect();
+    let missing: Vec<usize> = (0..count)
+        .filter(|&position| labels[position].is_none())
+        .collect();
     for (position, _) in &corrupt {
         labels[*position] = None;
     }
-    let delivered: Vec<usize> = (0..count).filter(|&position| labels[position].is_some()).collect();
+    let delivered: Vec<usize> = (0..count)
+        .filter(|&position| labels[position].is_some())
+        .collect();
 
     let (data, spans) = match target {
         Target::Appended { data, spans } => {
             if !delivered.is_empty() {
-                shared.sample_bytes.store(data.len() / delivered.len(), Ordering::Relaxed);
+                shared
+                    .sample_bytes
+                    .store(data.len() / delivered.len(), Ordering::Relaxed);
             }
-            let spans = delivered.iter().flat_map(|&position| [spans[position].0, spans[position].1]).collect();
+            let spans = delivered
+                .iter()
+                .flat_map(|&position| [spans[position].0, spans[position].1])
+                .collect();
             (data, Some(spans))
         }
         Target::Slots(slots) => {
@@ -476,7 +580,10 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
     Ok(Assembled {
         data,
         spans,
-        labels: delivered.iter().map(|&position| labels[position].expect("delivered")).collect(),
+        labels: delivered
+            .iter()
+            .map(|&position| labels[position].expect("delivered"))
+            .collect(),
         positions: delivered.iter().map(|&position| position as i64).collect(),
         missing,
         corrupt,
@@ -501,19 +608,24 @@ impl DecoderPool {
         let threads = (0..threads.max(1))
             .map(|index| {
                 let receiver = Arc::clone(&receiver);
-                std::thread::Builder::new().name(format!("ringfeed-decode-{index}")).spawn(move || {
-                    loop {
-                        // The lock is held only while waiting for one task; the task runs unlocked.
-                        let task = receiver.lock().expect("decoder queue lock").recv();
-                        match task {
-                            Ok(task) => task(),
-                            Err(_) => return, // the pool was dropped
+                std::thread::Builder::new()
+                    .name(format!("ringfeed-decode-{index}"))
+                    .spawn(move || {
+                        loop {
+                            // The lock is held only while waiting for one task; the task runs unlocked.
+                            let task = receiver.lock().expect("decoder queue lock").recv();
+                            match task {
+                                Ok(task) => task(),
+                                Err(_) => return, // the pool was dropped
+                            }
                         }
-                    }
-                })
+                    })
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Self { tasks: Mutex::new(Some(sender)), threads })
+        Ok(Self {
+            tasks: Mutex::new(Some(sender)),
+            threads,
+        })
     }
 
     fn spawn(&self, task: impl FnOnce() + Send + 'static) {
@@ -545,30 +657,168 @@ fn dispatch_decodes(
         return 0;
     }
     let (slots, done) = (Arc::clone(slots), done.clone());
-    shared.decoders.as_ref().expect("image decoding has a pool").spawn(move || {
-        let results: Vec<_> = group
+    shared
+        .decoders
+        .as_ref()
+        .expect("image decoding has a pool")
+        .spawn(move || {
+            let results: Vec<_> = group
+                .iter()
+                // Safety (slot): one sample per position; nothing else writes or reads this slot.
+                .map(|(position, data)| {
+                    // A decoder panic on a hostile input is that sample's corruption, not a lost batch.
+                    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        decode_image(data, &shape, unsafe { slots.slot(*position) })
+                    }));
+                    (
+                        *position,
+                        decoded.unwrap_or_else(|_| {
+                            Err("the image decoder panicked on it".to_string())
+                        }),
+                    )
+                })
+                .collect();
+            // Let go of the buffer before reporting: the batch takes it back once every decoder is done.
+            drop(slots);
+            let _ = done.send(results);
+        });
+    1
+}
+
+/// Samples read by one request, and the node that owns them all (when the ring's token map knows it).
+struct Request {
+    rows: Vec<(usize, Uuid)>,
+    node: Option<Uuid>,
+}
+
+/// Splits a batch into requests of at most `rows_per_request` samples, each owned by one node (its first connected
+/// replica), so that a multi-row read is served where the rows are, without a coordinator hop.
+fn requests(shared: &Shared, uuids: &[Uuid]) -> Vec<Request> {
+    let per_request = shared.statements.rows_per_request;
+    if per_request <= 1 {
+        return uuids
             .iter()
-            // Safety (slot): one sample per position; nothing else writes or reads this slot.
-            .map(|(position, data)| {
-                // A decoder panic on a hostile input is that sample's corruption, not a lost batch.
-                let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    decode_image(data, &shape, unsafe { slots.slot(*position) })
-                }));
-                (*position, decoded.unwrap_or_else(|_| Err("the image decoder panicked on it".to_string())))
+            .enumerate()
+            .map(|(position, uuid)| Request {
+                rows: vec![(position, *uuid)],
+                node: None,
             })
             .collect();
-        // Let go of the buffer before reporting: the batch takes it back once every decoder is done.
-        drop(slots);
-        let _ = done.send(results);
-    });
-    1
+    }
+    let state = shared.client.session.get_cluster_state();
+    let (keyspace, table) = (
+        shared.statements.keyspace.as_str(),
+        shared.statements.table.as_str(),
+    );
+    let mut by_node: Vec<(Option<Uuid>, Vec<(usize, Uuid)>)> = Vec::new();
+    for (position, uuid) in uuids.iter().enumerate() {
+        let node = state
+            .compute_token(keyspace, table, &(uuid,))
+            .ok()
+            .and_then(|token| {
+                state
+                    .get_token_endpoints(keyspace, table, token)
+                    .into_iter()
+                    .find(|(node, _)| node.is_connected())
+            })
+            .map(|(node, _)| node.host_id);
+        match by_node.iter_mut().find(|(owner, _)| *owner == node) {
+            Some((_, rows)) => rows.push((position, *uuid)),
+            None => by_node.push((node, vec![(position, *uuid)])),
+        }
+    }
+    by_node
+        .into_iter()
+        .flat_map(|(node, rows)| {
+            rows.chunks(per_request)
+                .map(|chunk| Request {
+                    rows: chunk.to_vec(),
+                    node,
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The rows of one request, retrying transient failures with backoff; absent rows are simply not returned.
+async fn read_rows(shared: &Shared, request: Request) -> Result<(Vec<(usize, Row)>, u32), String> {
+    if let [(position, uuid)] = request.rows[..] {
+        let (row, retries) = read_row(shared, uuid).await?;
+        return Ok((
+            row.map(|row| vec![(position, row)]).unwrap_or_default(),
+            retries,
+        ));
+    }
+    // The same sample may stand twice in a batch (padding): asked once, delivered to each position.
+    let mut keys: Vec<Uuid> = request.rows.iter().map(|(_, uuid)| *uuid).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut retries = 0;
+    loop {
+        // First to the owning node; a retry goes through the driver's routing (that node may be the one down).
+        let targeted = if retries == 0 {
+            request.node.map(|node| shared.targeted_many(node))
+        } else {
+            None
+        };
+        let statement = targeted.as_ref().unwrap_or(&shared.statements.many);
+        match shared
+            .client
+            .session
+            .execute_unpaged(statement, (&keys,))
+            .await
+        {
+            Ok(result) => {
+                let rows = result.into_rows_result().map_err(one_line)?;
+                let mut found: HashMap<Uuid, Row> = HashMap::with_capacity(keys.len());
+                for row in rows
+                    .rows::<(Uuid, Option<i32>, Option<Bytes>)>()
+                    .map_err(one_line)?
+                {
+                    let (uuid, label, data) = row.map_err(one_line)?;
+                    found.insert(
+                        uuid,
+                        Row {
+                            label: label.unwrap_or(-1),
+                            data: data.unwrap_or_default(),
+                        },
+                    );
+                }
+                let arrived = request
+                    .rows
+                    .iter()
+                    .filter_map(|(position, uuid)| {
+                        found.get(uuid).map(|row| (*position, row.clone()))
+                    })
+                    .collect();
+                return Ok((arrived, retries));
+            }
+            Err(err) if is_transient(&err) && retries < shared.max_retries => {
+                retries += 1;
+                tokio::time::sleep(backoff(retries)).await;
+            }
+            Err(err) => {
+                return Err(format!(
+                    "reading {} samples ({}, …) failed after {retries} retries: {}",
+                    keys.len(),
+                    keys[0],
+                    one_line(err)
+                ));
+            }
+        }
+    }
 }
 
 /// One row, retrying transient failures with backoff.
 async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), String> {
     let mut retries = 0;
     loop {
-        match shared.client.session.execute_unpaged(&shared.statement, (uuid,)).await {
+        match shared
+            .client
+            .session
+            .execute_unpaged(&shared.statements.one, (uuid,))
+            .await
+        {
             Ok(result) => {
                 let rows = result.into_rows_result().map_err(one_line)?;
                 let row = rows
@@ -596,11 +846,22 @@ async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), Str
 
 /// Decodes a JPEG or PNG into `out` (height × width × channels, uint8), resizing with a bilinear filter; with `crop`
 /// the source is first centre-cropped to the target's aspect ratio (the usual evaluation transform).
-pub(crate) fn decode_image(encoded: &[u8], shape: &ImageShape, out: &mut [u8]) -> Result<(), String> {
-    let decoded = image::load_from_memory(encoded).map_err(|err| format!("cannot decode: {err}"))?;
+pub(crate) fn decode_image(
+    encoded: &[u8],
+    shape: &ImageShape,
+    out: &mut [u8],
+) -> Result<(), String> {
+    let decoded =
+        image::load_from_memory(encoded).map_err(|err| format!("cannot decode: {err}"))?;
     let (source, pixel_type) = match shape.channels {
-        1 => (DynamicImage::ImageLuma8(decoded.into_luma8()), PixelType::U8),
-        _ => (DynamicImage::ImageRgb8(decoded.into_rgb8()), PixelType::U8x3),
+        1 => (
+            DynamicImage::ImageLuma8(decoded.into_luma8()),
+            PixelType::U8,
+        ),
+        _ => (
+            DynamicImage::ImageRgb8(decoded.into_rgb8()),
+            PixelType::U8x3,
+        ),
     };
     if source.width() == shape.width && source.height() == shape.height {
         out.copy_from_slice(source.as_bytes());
@@ -617,7 +878,8 @@ pub(crate) fn decode_image(encoded: &[u8], shape: &ImageShape, out: &mut [u8]) -
     thread_local! {
         static RESIZER: std::cell::RefCell<Resizer> = std::cell::RefCell::new(Resizer::new());
     }
-    RESIZER.with_borrow_mut(|resizer| resizer.resize(&source, &mut target, &options))
+    RESIZER
+        .with_borrow_mut(|resizer| resizer.resize(&source, &mut target, &options))
         .map_err(|err| format!("cannot resize: {err}"))
 }
 
@@ -635,16 +897,31 @@ pub fn decode_image_py(
     let shape = image_shape(height, width, channels, crop)?;
     let encoded = encoded.as_bytes();
     let mut out = vec![0u8; shape.item_bytes()];
-    py.detach(|| decode_image(encoded, &shape, &mut out)).map_err(PyValueError::new_err)?;
+    py.detach(|| decode_image(encoded, &shape, &mut out))
+        .map_err(PyValueError::new_err)?;
     Ok(Buffer::new(out))
 }
 
-pub(crate) fn image_shape(height: u32, width: u32, channels: u8, crop: bool) -> PyResult<ImageShape> {
+pub(crate) fn image_shape(
+    height: u32,
+    width: u32,
+    channels: u8,
+    crop: bool,
+) -> PyResult<ImageShape> {
     if height == 0 || width == 0 {
-        return Err(PyValueError::new_err("image height and width must be positive"));
+        return Err(PyValueError::new_err(
+            "image height and width must be positive",
+        ));
     }
     if channels != 1 && channels != 3 {
-        return Err(PyValueError::new_err(format!("channels must be 1 or 3, got {channels}")));
+        return Err(PyValueError::new_err(format!(
+            "channels must be 1 or 3, got {channels}"
+        )));
     }
-    Ok(ImageShape { height, width, channels, crop })
+    Ok(ImageShape {
+        height,
+        width,
+        channels,
+        crop,
+    })
 }

@@ -52,7 +52,9 @@ pub(crate) fn scan<'py>(
     );
     let mut statement = client
         .block_on(py, client.session.prepare(cql.as_str()))?
-        .map_err(|err| PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err))))?;
+        .map_err(|err| {
+            PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err)))
+        })?;
     statement.set_page_size(request.page_size);
     let kinds = statement
         .get_current_result_set_col_specs()
@@ -101,10 +103,14 @@ pub(crate) fn scan<'py>(
 impl ScanRequest {
     fn validate(&self) -> PyResult<()> {
         if self.slices == 0 || self.concurrency == 0 || self.page_size <= 0 {
-            return Err(PyValueError::new_err("slices, concurrency and page_size must be positive"));
+            return Err(PyValueError::new_err(
+                "slices, concurrency and page_size must be positive",
+            ));
         }
         if self.partition_key.is_empty() || self.columns.is_empty() {
-            return Err(PyValueError::new_err("partition_key and columns must not be empty"));
+            return Err(PyValueError::new_err(
+                "partition_key and columns must not be empty",
+            ));
         }
         let names = [&self.keyspace, &self.table]
             .into_iter()
@@ -115,7 +121,9 @@ impl ScanRequest {
             let plain = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
                 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !plain {
-                return Err(PyValueError::new_err(format!("{name:?} is not a plain CQL identifier")));
+                return Err(PyValueError::new_err(format!(
+                    "{name:?} is not a plain CQL identifier"
+                )));
             }
         }
         Ok(())
@@ -346,7 +354,9 @@ impl Column {
                 },
                 Some(CqlValue::Text(s) | CqlValue::Ascii(s)),
             ) => codes.push(intern(values, index, s)),
-            (_, Some(other)) => return Err(format!("unexpected value {other:?} in a scanned column")),
+            (_, Some(other)) => {
+                return Err(format!("unexpected value {other:?} in a scanned column"));
+            }
         }
         if is_null && self.nulls.is_none() {
             self.nulls = Some(vec![0; self.len]);
@@ -392,11 +402,13 @@ impl Column {
                     .into_iter()
                     .map(|value| intern(values, index, value))
                     .collect();
-                codes.extend(
-                    from_codes
-                        .into_iter()
-                        .map(|code| if code < 0 { code } else { translate[code as usize] }),
-                );
+                codes.extend(from_codes.into_iter().map(|code| {
+                    if code < 0 {
+                        code
+                    } else {
+                        translate[code as usize]
+                    }
+                }));
             }
             _ => unreachable!("slices of one scan have the same column kinds"),
         }
@@ -408,8 +420,16 @@ impl Column {
         let nulls = self.nulls.map(|nulls| PyBytes::new(py, &nulls));
         let (kind, data, dictionary) = match self.values {
             Values::Uuid(v) => ("uuid", PyBytes::new(py, &v), None),
-            Values::Int64(v) => ("int64", PyBytes::new(py, &le_bytes(&v, |x| x.to_le_bytes())), None),
-            Values::Float64(v) => ("float64", PyBytes::new(py, &le_bytes(&v, |x| x.to_le_bytes())), None),
+            Values::Int64(v) => (
+                "int64",
+                PyBytes::new(py, &le_bytes(&v, |x| x.to_le_bytes())),
+                None,
+            ),
+            Values::Float64(v) => (
+                "float64",
+                PyBytes::new(py, &le_bytes(&v, |x| x.to_le_bytes())),
+                None,
+            ),
             Values::Bool(v) => ("bool", PyBytes::new(py, &v), None),
             Values::Text { codes, values, .. } => (
                 "text",

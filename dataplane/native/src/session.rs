@@ -5,13 +5,13 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use openssl::ssl::{SslConnector, SslMethod};
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use scylla::client::execution_profile::ExecutionProfile;
-use scylla::client::session::Session as ScyllaSession;
-use openssl::ssl::{SslConnector, SslMethod};
 use scylla::client::session::OpenSsl010Config;
+use scylla::client::session::Session as ScyllaSession;
 use scylla::client::session_builder::SessionBuilder;
 use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::Consistency;
@@ -19,7 +19,7 @@ use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use tokio::runtime::Runtime;
 
 use crate::convert::BindMarker;
-use crate::fetch::{Decode, Fetcher, image_shape};
+use crate::fetch::{Decode, Fetcher, Statements, image_shape};
 use crate::scan::{ScanRequest, scan};
 use crate::writer::BulkWriter;
 
@@ -133,7 +133,9 @@ fn tls_config(ca_file: &str) -> PyResult<OpenSsl010Config> {
     let mut connector = SslConnector::builder(SslMethod::tls_client())
         .map_err(|err| PyConnectionError::new_err(format!("TLS: {err}")))?;
     connector.set_ca_file(ca_file).map_err(|err| {
-        PyValueError::new_err(format!("TLS: cannot read the CA certificate {ca_file}: {err}"))
+        PyValueError::new_err(format!(
+            "TLS: cannot read the CA certificate {ca_file}: {err}"
+        ))
     })?;
     Ok(OpenSsl010Config::new(connector))
 }
@@ -261,7 +263,8 @@ impl Session {
 
     /// A batch reader of `keyspace.table` rows (uuid → label, data); see `fetch.rs` and the stub file.
     #[pyo3(signature = (keyspace, table = "data_by_uuid", concurrency = 64, max_retries = 8, image_size = None,
-                        channels = 3, crop = true, raw_item_bytes = None, decode_threads = 2))]
+                        channels = 3, crop = true, raw_item_bytes = None, decode_threads = 2,
+                        rows_per_request = 8))]
     #[allow(clippy::too_many_arguments)]
     fn fetcher(
         &self,
@@ -275,28 +278,60 @@ impl Session {
         crop: bool,
         raw_item_bytes: Option<usize>,
         decode_threads: usize,
+        rows_per_request: usize,
     ) -> PyResult<Fetcher> {
         let decode = match (image_size, raw_item_bytes) {
             (Some(_), Some(_)) => {
-                return Err(PyValueError::new_err("give image_size or raw_item_bytes, not both"));
+                return Err(PyValueError::new_err(
+                    "give image_size or raw_item_bytes, not both",
+                ));
             }
-            (Some((height, width)), None) => Decode::Image(image_shape(height, width, channels, crop)?),
-            (None, Some(0)) => return Err(PyValueError::new_err("raw_item_bytes must be positive")),
+            (Some((height, width)), None) => {
+                Decode::Image(image_shape(height, width, channels, crop)?)
+            }
+            (None, Some(0)) => {
+                return Err(PyValueError::new_err("raw_item_bytes must be positive"));
+            }
             (None, Some(item_bytes)) => Decode::Raw { item_bytes },
             (None, None) => Decode::Bytes,
         };
         if decode_threads == 0 {
             return Err(PyValueError::new_err("decode_threads must be at least 1"));
         }
-        let cql = format!("SELECT label, data FROM {keyspace}.{table} WHERE uuid = ?");
-        let mut statement = self
-            .client
-            .block_on(py, self.client.session.prepare(cql.as_str()))?
-            .map_err(|err| PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err))))?;
-        statement.set_is_idempotent(true);
-        // The columns are known from the prepare: rows come back without repeating their metadata.
-        statement.set_use_cached_result_metadata(true);
-        Fetcher::new(Arc::clone(&self.client), statement, concurrency, max_retries, decode, decode_threads)
+        if rows_per_request == 0 {
+            return Err(PyValueError::new_err("rows_per_request must be at least 1"));
+        }
+        let prepare = |cql: String| -> PyResult<ScyllaPrepared> {
+            let mut statement = self
+                .client
+                .block_on(py, self.client.session.prepare(cql.as_str()))?
+                .map_err(|err| {
+                    PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err)))
+                })?;
+            statement.set_is_idempotent(true);
+            // The columns are known from the prepare: rows come back without repeating their metadata.
+            statement.set_use_cached_result_metadata(true);
+            Ok(statement)
+        };
+        let statements = Statements {
+            one: prepare(format!(
+                "SELECT label, data FROM {keyspace}.{table} WHERE uuid = ?"
+            ))?,
+            many: prepare(format!(
+                "SELECT uuid, label, data FROM {keyspace}.{table} WHERE uuid IN ?"
+            ))?,
+            keyspace: keyspace.to_owned(),
+            table: table.to_owned(),
+            rows_per_request: rows_per_request.min(concurrency.max(1) as usize),
+        };
+        Fetcher::new(
+            Arc::clone(&self.client),
+            statements,
+            concurrency,
+            max_retries,
+            decode,
+            decode_threads,
+        )
     }
 
     #[pyo3(signature = (concurrency = 64, max_retries = 8))]

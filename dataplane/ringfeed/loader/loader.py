@@ -143,9 +143,11 @@ class Loader:
                prefetch: int = 2, concurrency: int = 64, decode_threads: int | None = None,
                consistency: str = "ONE", missing: str = "raise", out_of_order: bool = False,
                slow_start: bool = False, with_uuids: bool = False, shard: tuple[int, int] = (0, 1),
-               max_retries: int = 8) -> None:
+               max_retries: int = 8, rows_per_request: int = 8) -> None:
         if prefetch < 1:
             raise RingfeedError(f"prefetch must be at least 1, got {prefetch}")
+        if rows_per_request < 1:
+            raise RingfeedError(f"rows_per_request must be at least 1, got {rows_per_request}")
         if concurrency < 1:
             raise RingfeedError(f"concurrency must be at least 1, got {concurrency}")
         if missing not in MISSING_POLICIES:
@@ -172,6 +174,7 @@ class Loader:
         self.with_uuids = with_uuids
         self.shard = shard
         self.max_retries = max_retries
+        self.rows_per_request = rows_per_request
         self.stats = LoaderStats()
         self.epoch = 0
         self.offset = 0
@@ -306,7 +309,8 @@ class Loader:
             elif self.decode == TENSOR:
                 options = dict(raw_item_bytes=int(np.dtype(dtype).itemsize * np.prod(shape)))
             self._fetcher = session.fetcher(self.source.keyspace, concurrency=self.concurrency,
-                                            max_retries=self.max_retries, **options)
+                                            max_retries=self.max_retries,
+                                            rows_per_request=self.rows_per_request, **options)
             self._fetcher_pid = os.getpid()
         return self._fetcher
 

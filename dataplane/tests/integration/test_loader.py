@@ -275,12 +275,48 @@ def test_pad_and_drop_policies(module_store, slides):
     (dict(decode="tensor"), "decode='tensor' needs a dataset with the raw encoding"),
     (dict(decode="jpeg"), "decode must be None, 'tensor' or a ringfeed.Decode, got 'jpeg'"),
     (dict(rank=3, world_size=2), "rank must be in [0, 2), got 3"),
+    (dict(rows_per_request=0), "rows_per_request must be at least 1, got 0"),
 ])
 def test_bad_options_are_refused_with_a_clear_message(module_store, slides, kwargs, message):
     name, _ = slides
     with pytest.raises(RingfeedError) as error:
         Loader(name, "by-patient", "train", 8, store=module_store, **kwargs)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("remainder", ["uneven", "pad"])
+def test_rows_per_request_changes_nothing_but_the_requests(module_store, slides, remainder):
+    """One read per sample and multi-row reads (with the duplicates padding puts in a batch) give identical batches."""
+    name, stored = slides
+    runs = {}
+    for rows in (1, 3, 8):
+        loader = Loader(name, "by-patient", "train", 20, store=module_store, seed=5, with_uuids=True, world_size=3,
+                        rank=2, remainder=remainder, rows_per_request=rows)
+        # Bytes are appended in arrival order: compare each sample's bytes, in batch order.
+        runs[rows] = [[(u[i].tobytes(), int(y[i]), bytes(b.data[slice(*b.spans[i])])) for i in range(len(y))]
+                      for b, y, u in loader]
+        for blobs, y, uuids in Loader(name, "by-patient", "train", 20, store=module_store, seed=5, with_uuids=True,
+                                      rows_per_request=rows):
+            for i, uid in enumerate(uuids):
+                start, end = blobs.spans[i]
+                label, data = stored[uuid.UUID(bytes=uid.tobytes())]
+                assert (bytes(blobs.data[start:end]), int(y[i])) == (data, label)
+    assert runs[1] == runs[3] == runs[8]
+
+
+def test_a_sample_twice_in_one_request_is_delivered_twice(cassandra_node, slides):
+    from ringfeed import _native
+
+    name, stored = slides
+    some = list(stored)[:3]
+    uuids = [some[0], some[1], some[0], some[2], some[0]]
+    fetcher = _native.Session(cassandra_node.hosts).fetcher(name, rows_per_request=8)
+    fetcher.submit(1, b"".join(u.bytes for u in uuids))
+    batch = fetcher.take(1)
+    spans = np.frombuffer(batch.spans, np.int64).reshape(-1, 2)
+    data = bytes(batch.data)
+    assert np.frombuffer(batch.positions, np.int64).tolist() == [0, 1, 2, 3, 4] and batch.missing == []
+    assert [data[start:end] for start, end in spans] == [stored[u][1] for u in uuids]
 
 
 def test_state_from_another_split_is_refused(module_store, slides, tensors):
