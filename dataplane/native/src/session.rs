@@ -49,7 +49,14 @@ impl IoRuntime {
 impl Drop for IoRuntime {
     fn drop(&mut self) {
         if let Some(runtime) = self.0.take() {
-            runtime.shutdown_background();
+            // Wait for the I/O threads to stop: threads left running while the process exits (interpreter
+            // finalisation, then libc's exit handlers) have crashed it at exit. Inside one of its own threads (the
+            // last task let go of the client) the runtime cannot wait for itself.
+            if tokio::runtime::Handle::try_current().is_ok() {
+                runtime.shutdown_background();
+            } else {
+                runtime.shutdown_timeout(Duration::from_secs(2));
+            }
         }
     }
 }

@@ -32,8 +32,11 @@ class RingfeedGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RingfeedError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-            sys.exit(1)
+            message = str(exc)
+        # Exit outside the except block: SystemExit would keep the error's traceback as its context, and with it
+        # every frame's objects (native sessions) alive into interpreter shutdown.
+        err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        sys.exit(1)
 
 
 @click.group(cls=RingfeedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
