@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 
 import click
+from rich.progress import Progress
 from rich.table import Table
 
 from ringfeed.cli.app import console, main, open_store

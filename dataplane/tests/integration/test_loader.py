@@ -6,7 +6,6 @@ import csv
 import io
 import random
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 
-import numpy as np
 import pytest
 
 from ringfeed import Loader, _native
