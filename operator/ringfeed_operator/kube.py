@@ -29,16 +29,19 @@ class JobRejected(Exception):
     """The API server refused a Job the operator built from a spec (invalid, forbidden, or another owner's)."""
 
 
-def secret_value(namespace: str, name: str, key: str) -> str:
+def secret_values(namespace: str, name: str, *keys: str) -> list[str]:
+    """Keys of one Secret, read with one request."""
     try:
         secret = kubernetes.client.CoreV1Api(_api()).read_namespaced_secret(name, namespace)
     except ApiException as error:
         if error.status == 404:
             raise SecretNotFound(f"Secret {namespace}/{name} not found") from None
         raise
-    if key not in (secret.data or {}):
-        raise SecretNotFound(f"Secret {namespace}/{name} has no key {key!r}")
-    return base64.b64decode(secret.data[key]).decode()
+    data = secret.data or {}
+    for key in keys:
+        if key not in data:
+            raise SecretNotFound(f"Secret {namespace}/{name} has no key {key!r}")
+    return [base64.b64decode(data[key]).decode() for key in keys]
 
 
 def ensure_job(namespace: str, manifest: dict) -> tuple[dict, bool]:

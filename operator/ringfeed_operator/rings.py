@@ -32,12 +32,12 @@ class Rings:
         username = password = None
         secret = external.get("credentialsSecret")
         if secret:
-            username = kube.secret_value(namespace, secret["name"], secret.get("usernameKey", "username"))
-            password = kube.secret_value(namespace, secret["name"], secret.get("passwordKey", "password"))
+            username, password = kube.secret_values(namespace, secret["name"], secret.get("usernameKey", "username"),
+                                                    secret.get("passwordKey", "password"))
         ca_file = None
         ca_secret = tls_secret(storage)
         if ca_secret:
-            ca_file = self._ca_file(kube.secret_value(namespace, ca_secret["name"], ca_secret["key"]))
+            ca_file = self._ca_file(*kube.secret_values(namespace, ca_secret["name"], ca_secret["key"]))
         address = ring_address(storage, username, password, ca_file)
         key = (address.hosts, address.port, username, password, ca_file)
         with self._lock:

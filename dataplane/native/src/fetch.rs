@@ -19,7 +19,9 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3::{PyErr, ffi};
+use scylla::errors::ExecutionError;
 use scylla::policies::load_balancing::{NodeIdentifier, SingleTargetLoadBalancingPolicy};
+use scylla::response::query_result::QueryResult;
 use scylla::statement::prepared::PreparedStatement;
 use tokio::sync::{Semaphore, mpsc};
 use uuid::Uuid;
@@ -753,93 +755,101 @@ async fn read_rows(shared: &Shared, request: Request) -> Result<(Vec<(usize, Row
     let mut keys: Vec<Uuid> = request.rows.iter().map(|(_, uuid)| *uuid).collect();
     keys.sort_unstable();
     keys.dedup();
-    let mut retries = 0;
-    loop {
+    let keys = &keys;
+    let (result, retries) = with_retries(shared, |retry| {
         // First to the owning node; a retry goes through the driver's routing (that node may be the one down).
-        let targeted = if retries == 0 {
+        let targeted = if retry == 0 {
             request.node.map(|node| shared.targeted_many(node))
         } else {
             None
         };
-        let statement = targeted.as_ref().unwrap_or(&shared.statements.many);
-        match shared
-            .client
-            .session
-            .execute_unpaged(statement, (&keys,))
-            .await
-        {
-            Ok(result) => {
-                let rows = result.into_rows_result().map_err(one_line)?;
-                let mut found: HashMap<Uuid, Row> = HashMap::with_capacity(keys.len());
-                for row in rows
-                    .rows::<(Uuid, Option<i32>, Option<Bytes>)>()
-                    .map_err(one_line)?
-                {
-                    let (uuid, label, data) = row.map_err(one_line)?;
-                    found.insert(
-                        uuid,
-                        Row {
-                            label: label.unwrap_or(-1),
-                            data: data.unwrap_or_default(),
-                        },
-                    );
-                }
-                let arrived = request
-                    .rows
-                    .iter()
-                    .filter_map(|(position, uuid)| {
-                        found.get(uuid).map(|row| (*position, row.clone()))
-                    })
-                    .collect();
-                return Ok((arrived, retries));
-            }
-            Err(err) if is_transient(&err) && retries < shared.max_retries => {
-                retries += 1;
-                tokio::time::sleep(backoff(retries)).await;
-            }
-            Err(err) => {
-                return Err(format!(
-                    "reading {} samples ({}, …) failed after {retries} retries: {}",
-                    keys.len(),
-                    keys[0],
-                    one_line(err)
-                ));
-            }
+        async move {
+            let statement = targeted.as_ref().unwrap_or(&shared.statements.many);
+            shared
+                .client
+                .session
+                .execute_unpaged(statement, (keys,))
+                .await
         }
+    })
+    .await
+    .map_err(|(err, retries)| {
+        format!(
+            "reading {} samples ({}, …) failed after {retries} retries: {}",
+            keys.len(),
+            keys[0],
+            one_line(err)
+        )
+    })?;
+    let rows = result.into_rows_result().map_err(one_line)?;
+    let mut found: HashMap<Uuid, Row> = HashMap::with_capacity(keys.len());
+    for row in rows
+        .rows::<(Uuid, Option<i32>, Option<Bytes>)>()
+        .map_err(one_line)?
+    {
+        let (uuid, label, data) = row.map_err(one_line)?;
+        found.insert(
+            uuid,
+            Row {
+                label: label.unwrap_or(-1),
+                data: data.unwrap_or_default(),
+            },
+        );
     }
+    let arrived = request
+        .rows
+        .iter()
+        .filter_map(|(position, uuid)| found.get(uuid).map(|row| (*position, row.clone())))
+        .collect();
+    Ok((arrived, retries))
 }
 
 /// One row, retrying transient failures with backoff.
 async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), String> {
-    let mut retries = 0;
-    loop {
-        match shared
+    let (result, retries) = with_retries(shared, |_| {
+        shared
             .client
             .session
             .execute_unpaged(&shared.statements.one, (uuid,))
-            .await
-        {
-            Ok(result) => {
-                let rows = result.into_rows_result().map_err(one_line)?;
-                let row = rows
-                    .maybe_first_row::<(Option<i32>, Option<Bytes>)>()
-                    .map_err(one_line)?
-                    .map(|(label, data)| Row {
-                        label: label.unwrap_or(-1),
-                        data: data.unwrap_or_default(),
-                    });
-                return Ok((row, retries));
-            }
+    })
+    .await
+    .map_err(|(err, retries)| {
+        format!(
+            "reading sample {uuid} failed after {retries} retries: {}",
+            one_line(err)
+        )
+    })?;
+    let row = result
+        .into_rows_result()
+        .map_err(one_line)?
+        .maybe_first_row::<(Option<i32>, Option<Bytes>)>()
+        .map_err(one_line)?
+        .map(|(label, data)| Row {
+            label: label.unwrap_or(-1),
+            data: data.unwrap_or_default(),
+        });
+    Ok((row, retries))
+}
+
+/// Runs one request (`attempt` gets the retry number, 0 first), retrying transient failures with backoff up to
+/// `max_retries` times; → the result and the retries it took, or the last error and the retries.
+async fn with_retries<F, Fut>(
+    shared: &Shared,
+    mut attempt: F,
+) -> Result<(QueryResult, u32), (ExecutionError, u32)>
+where
+    F: FnMut(u32) -> Fut,
+    Fut: std::future::Future<Output = Result<QueryResult, ExecutionError>>,
+{
+    let mut retries = 0;
+    loop {
+        match attempt(retries).await {
+            Ok(result) => return Ok((result, retries)),
             Err(err) if is_transient(&err) && retries < shared.max_retries => {
                 retries += 1;
                 tokio::time::sleep(backoff(retries)).await;
             }
-            Err(err) => {
-                return Err(format!(
-                    "reading sample {uuid} failed after {retries} retries: {}",
-                    one_line(err)
-                ));
-            }
+            Err(err) => return Err((err, retries)),
         }
     }
 }
