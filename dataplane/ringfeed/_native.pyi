@@ -95,12 +95,15 @@ class Session:
         crop: bool = True,
         raw_item_bytes: int | None = None,
         decode_threads: int = 2,
-        rows_per_request: int = 8,
+        request_bytes: int = 524_288,
+        sample_bytes: int = 0,
     ) -> Fetcher:
         """A batch reader of ``keyspace.table`` (``uuid`` → ``label``, ``data``), prepared here (GIL released).
 
-        A batch's samples are grouped by the node that owns them and read ``rows_per_request`` at a time
-        (``uuid IN (...)`` sent to that node; 1: one read per sample).
+        A batch's samples are grouped by the node that owns them and read about ``request_bytes`` at a time
+        (``uuid IN (...)`` sent to that node; at least one sample, at most ``concurrency``; 1: one read per
+        sample). Samples are taken to be the mean size of the last batch read, before the first one
+        ``sample_bytes`` (0: unknown, 64 kB assumed).
         ``image_size=(height, width)`` decodes JPEG/PNG to uint8 (height, width, channels) on ``decode_threads``
         native threads (resized bilinearly; with ``crop``, centre-cropped to the aspect ratio first);
         ``raw_item_bytes`` expects fixed-size raw tensors; neither keeps the stored bytes.

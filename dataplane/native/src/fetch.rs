@@ -32,6 +32,9 @@ use crate::retry::{backoff, is_transient};
 const POOLED_BUFFERS: usize = 4;
 /// Samples decoded per decoder task.
 const DECODE_GROUP: usize = 8;
+/// Sample size assumed until the first batch has been read, when the caller knows none.
+const ASSUMED_SAMPLE_BYTES: usize = 65_536;
+
 use crate::session::{Client, one_line};
 
 /// How a sample's bytes become the batch's `data`.
@@ -226,9 +229,10 @@ pub(crate) struct Statements {
     pub(crate) many: PreparedStatement,
     pub(crate) keyspace: String,
     pub(crate) table: String,
-    /// Rows per request: one request (and one response, one wake-up) per few rows costs the node and the client
-    /// far less CPU per row than one per row.
-    pub(crate) rows_per_request: usize,
+    /// Bytes per request: one request (and one response, one wake-up) per several rows costs the node and the
+    /// client far less CPU per row than one per row, and a byte budget rather than a row count keeps large samples
+    /// from piling into one long response.
+    pub(crate) request_bytes: usize,
 }
 
 struct Shared {
@@ -242,7 +246,8 @@ struct Shared {
     decode: Decode,
     decoders: Option<DecoderPool>,
     pool: Arc<BufferPool>,
-    /// Bytes per sample of the last batch read without decoding: sizes the next batch's buffer.
+    /// Mean stored bytes per sample of the last batch read (0: none yet): sizes requests, and without decoding the
+    /// next batch's buffer.
     sample_bytes: AtomicUsize,
 }
 
@@ -263,6 +268,7 @@ impl Fetcher {
         max_retries: u32,
         decode: Decode,
         decode_threads: usize,
+        sample_bytes: usize,
     ) -> PyResult<Self> {
         if concurrency == 0 {
             return Err(PyValueError::new_err("concurrency must be at least 1"));
@@ -288,7 +294,7 @@ impl Fetcher {
                     free: Mutex::new(Vec::new()),
                     keep: POOLED_BUFFERS,
                 }),
-                sample_bytes: AtomicUsize::new(0),
+                sample_bytes: AtomicUsize::new(sample_bytes),
             }),
             done_tx,
             done_rx: tokio::sync::Mutex::new(done_rx),
@@ -469,6 +475,7 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
     let mut labels: Vec<Option<i32>> = vec![None; count];
     let mut corrupt: Vec<(usize, String)> = Vec::new();
     let mut retries = 0;
+    let mut arrived_bytes = 0;
     let (decoded_tx, mut decoded_rx) =
         mpsc::unbounded_channel::<Vec<(usize, Result<(), String>)>>();
     let mut decoding = 0;
@@ -493,7 +500,7 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
         retries += request_retries;
         for (position, row) in arrived {
             labels[position] = Some(row.label);
-            labels[position] = Some(row.label);
+            arrived_bytes += row.data.len();
             match (&mut target, shared.decode) {
                 (Target::Appended { data, spans }, _) => {
                     let start = data.len() as i64;
@@ -552,14 +559,15 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
     let delivered: Vec<usize> = (0..count)
         .filter(|&position| labels[position].is_some())
         .collect();
+    let arrived = count - missing.len();
+    if arrived > 0 {
+        shared
+            .sample_bytes
+            .store(arrived_bytes.div_ceil(arrived), Ordering::Relaxed);
+    }
 
     let (data, spans) = match target {
         Target::Appended { data, spans } => {
-            if !delivered.is_empty() {
-                shared
-                    .sample_bytes
-                    .store(data.len() / delivered.len(), Ordering::Relaxed);
-            }
             let spans = delivered
                 .iter()
                 .flat_map(|&position| [spans[position].0, spans[position].1])
@@ -693,10 +701,15 @@ struct Request {
     node: Option<Uuid>,
 }
 
-/// Splits a batch into requests of at most `rows_per_request` samples, each owned by one node (its first connected
-/// replica), so that a multi-row read is served where the rows are, without a coordinator hop.
+/// Splits a batch into requests of about `request_bytes` each (by the mean sample size seen so far; at least one
+/// sample, at most `concurrency`), each owned by one node (its first connected replica), so that a multi-row read
+/// is served where the rows are, without a coordinator hop.
 fn requests(shared: &Shared, uuids: &[Uuid]) -> Vec<Request> {
-    let per_request = shared.statements.rows_per_request;
+    let per_request = rows_per_request(
+        shared.statements.request_bytes,
+        shared.sample_bytes.load(Ordering::Relaxed),
+        shared.concurrency,
+    );
     if per_request <= 1 {
         return uuids
             .iter()
@@ -740,6 +753,17 @@ fn requests(shared: &Shared, uuids: &[Uuid]) -> Vec<Request> {
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// Samples per request: `request_bytes` worth of samples of `sample_bytes` (0: unknown, taken as 64 kB), at least 1
+/// and at most `concurrency`.
+fn rows_per_request(request_bytes: usize, sample_bytes: usize, concurrency: usize) -> usize {
+    let sample_bytes = if sample_bytes == 0 {
+        ASSUMED_SAMPLE_BYTES
+    } else {
+        sample_bytes
+    };
+    (request_bytes / sample_bytes).clamp(1, concurrency.max(1))
 }
 
 /// The rows of one request, retrying transient failures with backoff; absent rows are simply not returned.

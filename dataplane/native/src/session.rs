@@ -271,7 +271,7 @@ impl Session {
     /// A batch reader of `keyspace.table` rows (uuid → label, data); see `fetch.rs` and the stub file.
     #[pyo3(signature = (keyspace, table = "data_by_uuid", concurrency = 64, max_retries = 8, image_size = None,
                         channels = 3, crop = true, raw_item_bytes = None, decode_threads = 2,
-                        rows_per_request = 8))]
+                        request_bytes = 524_288, sample_bytes = 0))]
     #[allow(clippy::too_many_arguments)]
     fn fetcher(
         &self,
@@ -285,7 +285,8 @@ impl Session {
         crop: bool,
         raw_item_bytes: Option<usize>,
         decode_threads: usize,
-        rows_per_request: usize,
+        request_bytes: usize,
+        sample_bytes: usize,
     ) -> PyResult<Fetcher> {
         let decode = match (image_size, raw_item_bytes) {
             (Some(_), Some(_)) => {
@@ -305,8 +306,8 @@ impl Session {
         if decode_threads == 0 {
             return Err(PyValueError::new_err("decode_threads must be at least 1"));
         }
-        if rows_per_request == 0 {
-            return Err(PyValueError::new_err("rows_per_request must be at least 1"));
+        if request_bytes == 0 {
+            return Err(PyValueError::new_err("request_bytes must be at least 1"));
         }
         let prepare = |cql: String| -> PyResult<ScyllaPrepared> {
             let mut statement = self
@@ -329,7 +330,7 @@ impl Session {
             ))?,
             keyspace: keyspace.to_owned(),
             table: table.to_owned(),
-            rows_per_request: rows_per_request.min(concurrency.max(1) as usize),
+            request_bytes,
         };
         Fetcher::new(
             Arc::clone(&self.client),
@@ -338,6 +339,7 @@ impl Session {
             max_retries,
             decode,
             decode_threads,
+            sample_bytes,
         )
     }
 

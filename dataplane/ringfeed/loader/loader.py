@@ -96,6 +96,8 @@ class LoaderSource:
     content_hash: str
     part: str
     encoding: tuple[str, str | None, tuple[int, ...] | None]
+    sample_bytes: int = 0
+    """Mean stored bytes per sample of the dataset (0: unknown); sizes the first read requests."""
 
     @classmethod
     def from_split(cls, dataset: str, split: str, part: str, *, store=None, address: ClusterAddress | None = None,
@@ -106,12 +108,14 @@ class LoaderSource:
         own_store = store is None
         store = store or Store(address)
         try:
-            schema = store.schema(dataset)
+            info = store.info(dataset)
+            schema = info.schema
             stored = load_split(store, dataset, split, version)
             return cls(address=store.address, keyspace=schema.keyspace, uuids=stored.uuids(part),
                        split=f"{dataset}/{split} v{stored.version}", split_id=str(stored.split_id),
                        content_hash=stored.content_hash, part=part,
-                       encoding=(schema.encoding.kind, schema.encoding.dtype, schema.encoding.shape))
+                       encoding=(schema.encoding.kind, schema.encoding.dtype, schema.encoding.shape),
+                       sample_bytes=info.bytes // info.samples if info.samples else 0)
         finally:
             if own_store:
                 store.close()
@@ -143,11 +147,11 @@ class Loader:
                prefetch: int = 2, concurrency: int = 64, decode_threads: int | None = None,
                consistency: str = "ONE", missing: str = "raise", out_of_order: bool = False,
                slow_start: bool = False, with_uuids: bool = False, shard: tuple[int, int] = (0, 1),
-               max_retries: int = 8, rows_per_request: int = 8) -> None:
+               max_retries: int = 8, request_bytes: int = 512 * 1024) -> None:
         if prefetch < 1:
             raise RingfeedError(f"prefetch must be at least 1, got {prefetch}")
-        if rows_per_request < 1:
-            raise RingfeedError(f"rows_per_request must be at least 1, got {rows_per_request}")
+        if request_bytes < 1:
+            raise RingfeedError(f"request_bytes must be at least 1, got {request_bytes}")
         if concurrency < 1:
             raise RingfeedError(f"concurrency must be at least 1, got {concurrency}")
         if missing not in MISSING_POLICIES:
@@ -174,7 +178,7 @@ class Loader:
         self.with_uuids = with_uuids
         self.shard = shard
         self.max_retries = max_retries
-        self.rows_per_request = rows_per_request
+        self.request_bytes = request_bytes
         self.stats = LoaderStats()
         self.epoch = 0
         self.offset = 0
@@ -310,7 +314,8 @@ class Loader:
                 options = dict(raw_item_bytes=int(np.dtype(dtype).itemsize * np.prod(shape)))
             self._fetcher = session.fetcher(self.source.keyspace, concurrency=self.concurrency,
                                             max_retries=self.max_retries,
-                                            rows_per_request=self.rows_per_request, **options)
+                                            request_bytes=self.request_bytes,
+                                            sample_bytes=self.source.sample_bytes, **options)
             self._fetcher_pid = os.getpid()
         return self._fetcher
 

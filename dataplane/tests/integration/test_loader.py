@@ -274,7 +274,7 @@ def test_pad_and_drop_policies(module_store, slides):
     (dict(decode="tensor"), "decode='tensor' needs a dataset with the raw encoding"),
     (dict(decode="jpeg"), "decode must be None, 'tensor' or a ringfeed.Decode, got 'jpeg'"),
     (dict(rank=3, world_size=2), "rank must be in [0, 2), got 3"),
-    (dict(rows_per_request=0), "rows_per_request must be at least 1, got 0"),
+    (dict(request_bytes=0), "request_bytes must be at least 1, got 0"),
 ])
 def test_bad_options_are_refused_with_a_clear_message(module_store, slides, kwargs, message):
     name, _ = slides
@@ -284,18 +284,19 @@ def test_bad_options_are_refused_with_a_clear_message(module_store, slides, kwar
 
 
 @pytest.mark.parametrize("remainder", ["uneven", "pad"])
-def test_rows_per_request_changes_nothing_but_the_requests(module_store, slides, remainder):
+def test_request_size_changes_nothing_but_the_requests(module_store, slides, remainder):
     """One read per sample and multi-row reads (with the duplicates padding puts in a batch) give identical batches."""
     name, stored = slides
+    mean = sum(len(data) for _, data in stored.values()) // len(stored)
     runs = {}
-    for rows in (1, 3, 8):
+    for rows in (1, 3, 8):  # samples per request
         loader = Loader(name, "by-patient", "train", 20, store=module_store, seed=5, with_uuids=True, world_size=3,
-                        rank=2, remainder=remainder, rows_per_request=rows)
+                        rank=2, remainder=remainder, request_bytes=rows * mean)
         # Bytes are appended in arrival order: compare each sample's bytes, in batch order.
         runs[rows] = [[(u[i].tobytes(), int(y[i]), bytes(b.data[slice(*b.spans[i])])) for i in range(len(y))]
                       for b, y, u in loader]
         for blobs, y, uuids in Loader(name, "by-patient", "train", 20, store=module_store, seed=5, with_uuids=True,
-                                      rows_per_request=rows):
+                                      request_bytes=rows * mean):
             for i, uid in enumerate(uuids):
                 start, end = blobs.spans[i]
                 label, data = stored[uuid.UUID(bytes=uid.tobytes())]
@@ -309,7 +310,7 @@ def test_a_sample_twice_in_one_request_is_delivered_twice(cassandra_node, slides
     name, stored = slides
     some = list(stored)[:3]
     uuids = [some[0], some[1], some[0], some[2], some[0]]
-    fetcher = _native.Session(cassandra_node.hosts).fetcher(name, rows_per_request=8)
+    fetcher = _native.Session(cassandra_node.hosts).fetcher(name, request_bytes=1 << 20)  # one request
     fetcher.submit(1, b"".join(u.bytes for u in uuids))
     batch = fetcher.take(1)
     spans = np.frombuffer(batch.spans, np.int64).reshape(-1, 2)
