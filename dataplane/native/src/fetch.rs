@@ -19,14 +19,12 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3::{PyErr, ffi};
-use scylla::errors::ExecutionError;
 use scylla::policies::load_balancing::{NodeIdentifier, SingleTargetLoadBalancingPolicy};
-use scylla::response::query_result::QueryResult;
 use scylla::statement::prepared::PreparedStatement;
 use tokio::sync::{Semaphore, mpsc};
 use uuid::Uuid;
 
-use crate::retry::{backoff, is_transient};
+use crate::retry::{is_transient, with_backoff};
 
 /// Released batch buffers kept per fetcher for reuse.
 const POOLED_BUFFERS: usize = 4;
@@ -157,10 +155,10 @@ impl BufferPool {
         let mut free = self.free.lock().expect("no panics while locked");
         if free.len() < self.keep {
             free.push(buffer);
-        } else if let Some(smallest) = (0..free.len()).min_by_key(|&i| free[i].capacity()) {
-            if free[smallest].capacity() < buffer.capacity() {
-                free[smallest] = buffer;
-            }
+        } else if let Some(smallest) = (0..free.len()).min_by_key(|&i| free[i].capacity())
+            && free[smallest].capacity() < buffer.capacity()
+        {
+            free[smallest] = buffer;
         }
     }
 }
@@ -725,7 +723,9 @@ fn requests(shared: &Shared, uuids: &[Uuid]) -> Vec<Request> {
         shared.statements.keyspace.as_str(),
         shared.statements.table.as_str(),
     );
-    let mut by_node: Vec<(Option<Uuid>, Vec<(usize, Uuid)>)> = Vec::new();
+    // (owning node, its (position, uuid)s), in order of first appearance.
+    type NodeRows = (Option<Uuid>, Vec<(usize, Uuid)>);
+    let mut by_node: Vec<NodeRows> = Vec::new();
     for (position, uuid) in uuids.iter().enumerate() {
         let node = state
             .compute_token(keyspace, table, &(uuid,))
@@ -780,7 +780,7 @@ async fn read_rows(shared: &Shared, request: Request) -> Result<(Vec<(usize, Row
     keys.sort_unstable();
     keys.dedup();
     let keys = &keys;
-    let (result, retries) = with_retries(shared, |retry| {
+    let (result, retries) = with_backoff(shared.max_retries, is_transient, |retry| {
         // First to the owning node; a retry goes through the driver's routing (that node may be the one down).
         let targeted = if retry == 0 {
             request.node.map(|node| shared.targeted_many(node))
@@ -830,7 +830,7 @@ async fn read_rows(shared: &Shared, request: Request) -> Result<(Vec<(usize, Row
 
 /// One row, retrying transient failures with backoff.
 async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), String> {
-    let (result, retries) = with_retries(shared, |_| {
+    let (result, retries) = with_backoff(shared.max_retries, is_transient, |_| {
         shared
             .client
             .session
@@ -853,29 +853,6 @@ async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), Str
             data: data.unwrap_or_default(),
         });
     Ok((row, retries))
-}
-
-/// Runs one request (`attempt` gets the retry number, 0 first), retrying transient failures with backoff up to
-/// `max_retries` times; → the result and the retries it took, or the last error and the retries.
-async fn with_retries<F, Fut>(
-    shared: &Shared,
-    mut attempt: F,
-) -> Result<(QueryResult, u32), (ExecutionError, u32)>
-where
-    F: FnMut(u32) -> Fut,
-    Fut: std::future::Future<Output = Result<QueryResult, ExecutionError>>,
-{
-    let mut retries = 0;
-    loop {
-        match attempt(retries).await {
-            Ok(result) => return Ok((result, retries)),
-            Err(err) if is_transient(&err) && retries < shared.max_retries => {
-                retries += 1;
-                tokio::time::sleep(backoff(retries)).await;
-            }
-            Err(err) => return Err((err, retries)),
-        }
-    }
 }
 
 /// Decodes a JPEG or PNG into `out` (height × width × channels, uint8), resizing with a bilinear filter; with `crop`

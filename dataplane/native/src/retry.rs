@@ -1,5 +1,6 @@
-//! Retry policy shared by the bulk paths: which failures are transient, and how long to wait.
+//! Retry policy shared by the bulk paths: which failures are transient, how long to wait, and the retry loop.
 
+use std::future::Future;
 use std::time::Duration;
 
 use scylla::errors::{DbError, ExecutionError, RequestAttemptError};
@@ -39,4 +40,29 @@ pub(crate) fn backoff(retry: u32) -> Duration {
     let doublings = retry.saturating_sub(1).min(16);
     let ceiling = BACKOFF_BASE.saturating_mul(1 << doublings).min(BACKOFF_CAP);
     ceiling.mul_f64(0.5 + fastrand::f64() / 2.0)
+}
+
+/// Runs `attempt` (given the retry number, 0 first) until it succeeds, fails with an error that `transient` rejects,
+/// or has failed `max_retries` retries, sleeping `backoff` before each retry; → the value and the retries it took,
+/// or the last error and the retries.
+pub(crate) async fn with_backoff<T, E, F, Fut>(
+    max_retries: u32,
+    transient: impl Fn(&E) -> bool,
+    mut attempt: F,
+) -> Result<(T, u32), (E, u32)>
+where
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut retries = 0;
+    loop {
+        match attempt(retries).await {
+            Ok(value) => return Ok((value, retries)),
+            Err(err) if retries < max_retries && transient(&err) => {
+                retries += 1;
+                tokio::time::sleep(backoff(retries)).await;
+            }
+            Err(err) => return Err((err, retries)),
+        }
+    }
 }

@@ -20,7 +20,7 @@ use scylla::frame::response::result::{ColumnType, NativeType};
 use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use scylla::value::{CqlValue, Row};
 
-use crate::retry::backoff;
+use crate::retry::with_backoff;
 use crate::session::{Client, one_line};
 
 /// What to read and how hard to push.
@@ -213,21 +213,17 @@ async fn read_slice(
     (low, high): (i64, i64),
     max_retries: u32,
 ) -> Result<Vec<Column>, String> {
-    let mut retries = 0;
-    loop {
-        match try_read_slice(&session, &statement, &kinds, low, high).await {
-            Ok(columns) => return Ok(columns),
-            Err(SliceError::Transient(_)) if retries < max_retries => {
-                retries += 1;
-                tokio::time::sleep(backoff(retries)).await;
-            }
-            Err(SliceError::Transient(err)) => {
-                return Err(format!(
-                    "token range [{low}, {high}] failed after {max_retries} retries: {err}"
-                ));
-            }
-            Err(SliceError::Permanent(err)) => return Err(err),
-        }
+    let transient = |err: &SliceError| matches!(err, SliceError::Transient(_));
+    match with_backoff(max_retries, transient, |_| {
+        try_read_slice(&session, &statement, &kinds, low, high)
+    })
+    .await
+    {
+        Ok((columns, _)) => Ok(columns),
+        Err((SliceError::Transient(err), retries)) => Err(format!(
+            "token range [{low}, {high}] failed after {retries} retries: {err}"
+        )),
+        Err((SliceError::Permanent(err), _)) => Err(err),
     }
 }
 

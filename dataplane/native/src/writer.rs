@@ -13,7 +13,7 @@ use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::convert::{BoundRow, convert_row};
-use crate::retry::{backoff, is_transient};
+use crate::retry::{is_transient, with_backoff};
 use crate::session::{Client, PreparedStatement, one_line};
 
 create_exception!(
@@ -197,23 +197,36 @@ async fn write_row(
     row: BoundRow,
     _permit: OwnedSemaphorePermit,
 ) {
-    let mut retries = 0;
-    loop {
+    let transient =
+        |failure: &WriteFailure| matches!(failure, WriteFailure::Failed(err) if is_transient(err));
+    let outcome = with_backoff(shared.max_retries, transient, |_| async {
         if shared.tally().skip_if_halted() {
-            return;
+            return Err(WriteFailure::Halted);
         }
-        match shared
+        shared
             .session
             .execute_unpaged(&statement, &row.values)
             .await
-        {
-            Ok(_) => return shared.tally().record_written(row.payload_bytes),
-            Err(err) if retries < shared.max_retries && is_transient(&err) => {
-                retries += 1;
-                shared.tally().retries += 1;
-                tokio::time::sleep(backoff(retries)).await;
-            }
-            Err(err) => return shared.tally().record_failed(&err),
+            .map_err(|err| WriteFailure::Failed(Box::new(err)))
+    })
+    .await;
+    let mut tally = shared.tally();
+    match outcome {
+        Ok((_, retries)) => {
+            tally.retries += u64::from(retries);
+            tally.record_written(row.payload_bytes);
         }
+        Err((WriteFailure::Failed(err), retries)) => {
+            tally.retries += u64::from(retries);
+            tally.record_failed(&err);
+        }
+        Err((WriteFailure::Halted, retries)) => tally.retries += u64::from(retries),
     }
+}
+
+/// Why an attempt at a row did not write it.
+enum WriteFailure {
+    /// Another row had failed for good: this one is given up unsent (counted by `skip_if_halted`).
+    Halted,
+    Failed(Box<ExecutionError>),
 }
