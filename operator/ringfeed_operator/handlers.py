@@ -106,12 +106,18 @@ def _open_store(memo, namespace: str, storage: dict, patch, conditions: Conditio
 
 # -- Dataset ---------------------------------------------------------------------------------------------------------
 
+@kopf.index(*SPLITS)
+def splits_by_dataset(namespace: str, name: str, spec: dict, **_) -> dict:
+    """Split names by (namespace, dataset), kept from the watch: the Dataset timer counts them without a LIST."""
+    return {(namespace, spec.get("dataset")): name}
+
+
 @kopf.on.create(*DATASETS)
 @kopf.on.update(*DATASETS, field="spec")
 @kopf.on.resume(*DATASETS)
 @counted("Dataset")
 def reconcile_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict,
-                      memo: kopf.Memo, patch: kopf.Patch, **_) -> None:
+                      memo: kopf.Memo, patch: kopf.Patch, splits_by_dataset: kopf.Index, **_) -> None:
     """Tables exist and match the spec; the ingest Job of the current spec.ingest exists."""
     generation = meta["generation"]
     conditions = Conditions(status.get("conditions"), generation)
@@ -149,7 +155,7 @@ def reconcile_dataset(name: str, namespace: str, spec: dict, status: dict, meta:
     if spec.get("ingest"):
         _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch, conditions)
     _observe_dataset(name, namespace, spec, {**status, **patch.status}, meta, body, store, memo, patch, conditions,
-                     force_refresh=True)
+                     len(splits_by_dataset.get((namespace, name), ())), force_refresh=True)
 
 
 def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo, patch, conditions) -> None:
@@ -179,7 +185,7 @@ def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo
 @kopf.timer(*DATASETS, interval=POLL_S, initial_delay=POLL_S)
 @counted("Dataset")
 def watch_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict,
-                  memo: kopf.Memo, patch: kopf.Patch, **_) -> None:
+                  memo: kopf.Memo, patch: kopf.Patch, splits_by_dataset: kopf.Index, **_) -> None:
     """Follow the ingest Job, refresh the catalog figures every spec.refreshInterval, count the Splits."""
     conditions = Conditions(status.get("conditions"), meta["generation"])
     if status.get("observedGeneration") != meta["generation"] or conditions.reason("Ready") in PERMANENT_REASONS:
@@ -191,11 +197,12 @@ def watch_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dic
         conditions.set("Degraded", True, reason, str(error))
         patch.status["conditions"] = conditions.as_list()
         return
-    _observe_dataset(name, namespace, spec, status, meta, body, store, memo, patch, conditions)
+    _observe_dataset(name, namespace, spec, status, meta, body, store, memo, patch, conditions,
+                     len(splits_by_dataset.get((namespace, name), ())))
 
 
 def _observe_dataset(name, namespace, spec, status, meta, body, store, memo, patch, conditions: Conditions,
-                     force_refresh: bool = False) -> None:
+                     splits: int, force_refresh: bool = False) -> None:
     recorded = dict(status.get("ingest") or {})
     job = recorded.get("jobName")
     state = "none"
@@ -234,7 +241,7 @@ def _observe_dataset(name, namespace, spec, status, meta, body, store, memo, pat
             _event(body, "IngestSucceeded", f"Job {job}: {patch.status['ingest'].get('ingested') or 0:,} samples "
                                             "written")
 
-    patch.status["splits"] = len(kube.referrers(namespace, "splits", lambda s: s.get("dataset"), name))
+    patch.status["splits"] = splits
     patch.status["conditions"] = conditions.as_list()
     patch.status["observedGeneration"] = meta["generation"]
     metrics.DATASET_READY.labels(namespace, name).set(1 if conditions.is_true("Ready") else 0)
