@@ -394,6 +394,32 @@ def test_deletion_guards_hold_until_references_are_gone(cluster: Cluster, ns: st
     assert store.info("slides").samples == sum(expected_counts(source).values())
 
 
+def test_a_keyspace_another_dataset_owns_is_left_alone(cluster: Cluster, ns: str, ring, source, store):
+    """Same name, another namespace, same ring: the later Dataset neither adopts, ingests into nor drops the earlier
+    one's keyspace, even with deletionPolicy Delete."""
+    other = f"{ns}-b"
+    cluster.kubectl("create", "namespace", other)
+    try:
+        create(cluster, other, "datasets", dataset_manifest("slides", ring, source, deletionPolicy="Delete"))
+        cluster.wait("Ready=False KeyspaceInUse", lambda: condition(
+            get(cluster, other, "datasets", "slides"), "Ready").get("reason") == "KeyspaceInUse", timeout_s=60)
+        message = condition(get(cluster, other, "datasets", "slides"), "Ready")["message"]
+        assert f"keyspace slides on this ring belongs to Dataset {ns}/slides" in message
+        assert "set spec.keyspace to another name" in message
+        time.sleep(6)  # a round of the operator's 5 s timer: it leaves the object alone too
+        refused = get(cluster, other, "datasets", "slides")
+        assert condition(refused, "Ready")["reason"] == "KeyspaceInUse"
+        assert "keyspace" not in refused["status"] and "samples" not in refused["status"]
+        assert not cluster.batch.list_namespaced_job(other, label_selector="ringfeed.io/dataset=slides").items
+        cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, other, "datasets", "slides")
+        cluster.wait("the refused Dataset deleted", lambda: get(cluster, other, "datasets", "slides") is None,
+                     timeout_s=60)
+        assert store.info("slides").samples == sum(expected_counts(source).values())
+        assert condition(get(cluster, ns, "datasets", "slides"), "Ready")["status"] == "True"
+    finally:
+        cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
 def test_operator_killed_mid_reconcile_converges(cluster: Cluster, ns: str, ring, source, store):
     """Kill the operator right after the Dataset is created and again while its ingest Job runs: one Job, one
     ingest, the same status as an undisturbed run."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.schema import Column, DatasetSchema, Encoding
@@ -13,6 +14,25 @@ from ringfeed.store import DatasetInfo
 def catalog_name(name: str, spec: dict) -> str:
     """The dataset's name in the ring's catalog and its keyspace: spec.keyspace, else the object's name."""
     return spec.get("keyspace") or name.replace("-", "_")
+
+
+def ring_keyspace(namespace: str, name: str, spec: dict) -> tuple:
+    """The (ring, keyspace) a Dataset's tables live in, as far as specs tell rings apart: an external ring by its
+    sorted contact points and port, a K8ssandraCluster by namespace and name."""
+    storage = spec["storage"]
+    if "external" in storage:
+        external = storage["external"]
+        ring = ("external", tuple(sorted(external["contactPoints"])), external.get("port", 9042))
+    else:
+        ring = ("k8ssandra", namespace, storage["k8ssandra"]["clusterName"])
+    return ring, catalog_name(name, spec)
+
+
+def keyspace_owner(claims: Iterable[tuple[str, str, str]]) -> tuple[str, str]:
+    """(namespace, name) of the Dataset that owns a keyspace among those claiming it, given as (creationTimestamp,
+    namespace, name): the earliest created (then by namespace and name), so a later Dataset never takes it over."""
+    _, namespace, name = min(claims)
+    return namespace, name
 
 
 def dataset_schema(name: str, spec: dict) -> DatasetSchema:

@@ -26,7 +26,7 @@ from ringfeed.splits.storage import list_splits
 from ringfeed_operator import kube, metrics
 from ringfeed_operator.conditions import Conditions, now_rfc3339
 from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
-                                        same_tables, stats_status)
+                                        keyspace_owner, ring_keyspace, same_tables, stats_status)
 from ringfeed_operator.manifests import GROUP, LABEL_DATASET, VERSION, ingest_job, job_name, split_job
 from ringfeed_operator.rings import Rings, StorageNotSupported
 from ringfeed_operator.splits import split_arguments, split_spec, split_status
@@ -106,6 +106,12 @@ def _open_store(memo, namespace: str, storage: dict, patch, conditions: Conditio
 
 # -- Dataset ---------------------------------------------------------------------------------------------------------
 
+@kopf.index(*DATASETS)
+def datasets_by_keyspace(namespace: str, name: str, spec: dict, meta: dict, **_) -> dict:
+    """Datasets by the (ring, keyspace) they claim, with their creation time: who owns a keyspace."""
+    return {ring_keyspace(namespace, name, spec): (meta["creationTimestamp"], namespace, name)}
+
+
 @kopf.index(*SPLITS)
 def splits_by_dataset(namespace: str, name: str, spec: dict, **_) -> dict:
     """Split names by (namespace, dataset), kept from the watch: the Dataset timer counts them without a LIST."""
@@ -117,7 +123,8 @@ def splits_by_dataset(namespace: str, name: str, spec: dict, **_) -> dict:
 @kopf.on.resume(*DATASETS)
 @counted("Dataset")
 def reconcile_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict,
-                      memo: kopf.Memo, patch: kopf.Patch, splits_by_dataset: kopf.Index, **_) -> None:
+                      memo: kopf.Memo, patch: kopf.Patch, splits_by_dataset: kopf.Index,
+                      datasets_by_keyspace: kopf.Index, **_) -> None:
     """Tables exist and match the spec; the ingest Job of the current spec.ingest exists."""
     generation = meta["generation"]
     conditions = Conditions(status.get("conditions"), generation)
@@ -125,6 +132,12 @@ def reconcile_dataset(name: str, namespace: str, spec: dict, status: dict, meta:
         schema = dataset_schema(name, spec)
     except RingfeedError as error:
         _give_up(patch, conditions, generation, "InvalidSpec", f"spec.schema: {error}", permanent=True)
+    claimed = ring_keyspace(namespace, name, spec)
+    owner = keyspace_owner([*datasets_by_keyspace.get(claimed, ()), (meta["creationTimestamp"], namespace, name)])
+    if owner != (namespace, name):  # its deletionPolicy must not drop, nor its ingest write into, another's tables
+        _give_up(patch, conditions, generation, "KeyspaceInUse",
+                 f"keyspace {schema.keyspace} on this ring belongs to Dataset {owner[0]}/{owner[1]}, created "
+                 "earlier; set spec.keyspace to another name (checked again every 30 s)", permanent=False, delay=30)
     volume = ((spec.get("ingest") or {}).get("source") or {}).get("volume") or {}
     if "hostPath" in volume and not memo.jobs.allow_host_path:
         _give_up(patch, conditions, generation, "InvalidSpec", "spec.ingest.source.volume.hostPath is not allowed "
@@ -188,8 +201,9 @@ def watch_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dic
                   memo: kopf.Memo, patch: kopf.Patch, splits_by_dataset: kopf.Index, **_) -> None:
     """Follow the ingest Job, refresh the catalog figures every spec.refreshInterval, count the Splits."""
     conditions = Conditions(status.get("conditions"), meta["generation"])
-    if status.get("observedGeneration") != meta["generation"] or conditions.reason("Ready") in PERMANENT_REASONS:
-        return  # the change handler has not handled this generation yet, or the spec must change first
+    if (status.get("observedGeneration") != meta["generation"] or not status.get("keyspace")
+            or conditions.reason("Ready") in PERMANENT_REASONS):
+        return  # the change handler has not handled this generation or its tables yet, or the spec must change
     try:
         store = memo.rings.store(namespace, spec["storage"])
     except (kube.SecretNotFound, StorageNotSupported, *RING_ERRORS) as error:

@@ -21,7 +21,8 @@ from ringfeed.table import ColumnarTable
 
 from ringfeed_operator.conditions import Conditions
 from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
-                                        ring_address, same_tables, stats_status, tls_secret)
+                                        keyspace_owner, ring_address, ring_keyspace, same_tables, stats_status,
+                                        tls_secret)
 from ringfeed_operator.manifests import ingest_job, job_name, split_job
 from ringfeed_operator.settings import JobSettings
 from ringfeed_operator.splits import split_arguments, split_spec, split_status
@@ -72,6 +73,25 @@ def test_dataset_spec_becomes_the_data_plane_schema():
     bad["schema"]["naturalKeys"] = [{"name": "score", "type": "double"}]
     with pytest.raises(RingfeedError, match="natural key 'score' must be one of text, int, bigint"):
         dataset_schema("t", bad)
+
+
+def test_a_keyspace_belongs_to_the_earliest_dataset_claiming_it_on_that_ring():
+    spec = DATASET["spec"]
+    claimed = ring_keyspace("ml", "tumour-slides", spec)
+    assert claimed == (("external", ("cass-0.db", "cass-1.db"), 9142), "tumour_slides")
+    reordered = copy.deepcopy(spec)
+    reordered["storage"]["external"]["contactPoints"].reverse()
+    assert ring_keyspace("other-team", "tumour-slides", reordered) == claimed  # same ring, same keyspace
+    assert ring_keyspace("ml", "renamed", {**spec, "keyspace": "tumour_slides"}) == claimed
+    elsewhere = copy.deepcopy(spec)
+    elsewhere["storage"]["external"]["port"] = 9042
+    assert ring_keyspace("ml", "tumour-slides", elsewhere) != claimed
+    k8ssandra = {**spec, "storage": {"k8ssandra": {"clusterName": "ring"}}}
+    assert ring_keyspace("ml", "t", k8ssandra) != ring_keyspace("ops", "t", k8ssandra)
+    claims = [("2026-11-22T10:00:05Z", "b", "slides"), ("2026-11-22T10:00:01Z", "z", "slides"),
+              ("2026-11-22T10:00:01Z", "a", "slides-v2")]
+    assert keyspace_owner(claims) == ("a", "slides-v2")  # earliest, then by namespace and name
+    assert keyspace_owner(claims[:1] * 2) == ("b", "slides")  # a Dataset's own claim may come twice
 
 
 def test_existing_tables_match_when_only_class_names_grew():
