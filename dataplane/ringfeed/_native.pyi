@@ -43,8 +43,12 @@ class Session:
         consistency: str = "ONE",
         request_timeout_ms: int = 12000,
         tls_ca_file: str | None = None,
+        local_dc: str | None = None,
     ) -> None:
         """Connects (GIL released).
+
+        With ``local_dc`` requests go to that datacenter's nodes only (token-aware within it); connecting fails with
+        the ring's datacenters when no node is there.
 
         ``consistency`` is one of ONE, TWO, LOCAL_ONE, QUORUM, LOCAL_QUORUM, ALL. With ``tls_ca_file`` (PEM) every
         connection uses TLS; a node's certificate must be signed by that CA and name the node's IP address.

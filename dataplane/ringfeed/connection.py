@@ -12,6 +12,8 @@ class ClusterAddress:
 
     ``tls_ca_file``: a PEM CA certificate; when set, every connection uses TLS and verifies each node's certificate
     against that CA and the node's IP address.
+    ``local_dc``: a datacenter name; when set, requests go to that datacenter's nodes only (token-aware within it),
+    and connecting fails with the ring's datacenters when it has no node there.
     """
 
     hosts: tuple[str, ...] = ("127.0.0.1",)
@@ -19,11 +21,12 @@ class ClusterAddress:
     username: str | None = None
     password: str | None = dataclasses.field(default=None, repr=False)
     tls_ca_file: str | None = None
+    local_dc: str | None = None
 
     @classmethod
     def from_env(cls) -> ClusterAddress:
         """``RINGFEED_HOSTS`` (comma-separated), ``RINGFEED_PORT``, ``RINGFEED_USERNAME``, ``RINGFEED_PASSWORD``,
-        ``RINGFEED_TLS_CA_FILE``."""
+        ``RINGFEED_TLS_CA_FILE``, ``RINGFEED_LOCAL_DC``."""
         hosts = os.environ.get("RINGFEED_HOSTS", "127.0.0.1")
         return cls(
             hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
@@ -31,4 +34,16 @@ class ClusterAddress:
             username=os.environ.get("RINGFEED_USERNAME") or None,
             password=os.environ.get("RINGFEED_PASSWORD") or None,
             tls_ca_file=os.environ.get("RINGFEED_TLS_CA_FILE") or None,
+            local_dc=os.environ.get("RINGFEED_LOCAL_DC") or None,
         )
+
+    def native_session(self, consistency: str = "ONE"):
+        """A native session (``ringfeed._native.Session``) to this ring; RingfeedError when it cannot connect."""
+        from ringfeed import _native
+        from ringfeed.errors import RingfeedError
+
+        try:
+            return _native.Session(list(self.hosts), self.port, self.username, self.password, consistency,
+                                   tls_ca_file=self.tls_ca_file, local_dc=self.local_dc)
+        except ConnectionError as exc:
+            raise RingfeedError(str(exc)) from None

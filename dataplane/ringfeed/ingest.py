@@ -134,8 +134,7 @@ def ingest(store: Store, dataset: str, source_path: str, options: IngestOptions 
     if source.label_names and source.label_names != schema.label_names:
         schema = store.set_label_names(dataset, source.label_names)
     address = store.address
-    session = _native.Session(list(address.hosts), address.port, address.username, address.password,
-                              options.consistency, tls_ca_file=address.tls_ca_file)
+    session = address.native_session(options.consistency)
     statements = {table: session.prepare(cql) for table, cql in schema.insert_statements().items()}
     writer = session.writer(concurrency=options.concurrency)
     builder = _ChunkBuilder(schema, options)

@@ -42,12 +42,15 @@ class Store:
         from cassandra import ConsistencyLevel
         from cassandra.auth import PlainTextAuthProvider
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
-        from cassandra.policies import ConstantReconnectionPolicy, RoundRobinPolicy, TokenAwarePolicy
+        from cassandra.policies import (ConstantReconnectionPolicy, DCAwareRoundRobinPolicy, RoundRobinPolicy,
+                                        TokenAwarePolicy)
         from cassandra.query import tuple_factory
 
         self.address = address or ClusterAddress.from_env()
         # QUORUM: the catalog, schemas and splits written through one replica are read back through any other.
-        profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(RoundRobinPolicy()),
+        nodes = (DCAwareRoundRobinPolicy(self.address.local_dc, used_hosts_per_remote_dc=0)
+                 if self.address.local_dc else RoundRobinPolicy())
+        profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(nodes),
                                    consistency_level=ConsistencyLevel.QUORUM, row_factory=tuple_factory,
                                    request_timeout=30)
         auth = (PlainTextAuthProvider(self.address.username, self.address.password)
@@ -68,22 +71,28 @@ class Store:
         try:
             self.session = self._cluster.connect()
         except NoHostAvailable as exc:
+            # A local datacenter without nodes leaves no host to connect to: say so rather than "unreachable".
+            problem = self._unknown_datacenter()
             self._cluster.shutdown()
             where = ", ".join(f"{h}:{self.address.port}" for h in self.address.hosts)
-            raise RingfeedError(f"cannot reach Cassandra at {where} ({_first_error(exc)}); "
-                                "is the ring up? (`ringfeed local up` starts a local one)") from None
+            raise RingfeedError(problem or f"cannot reach Cassandra at {where} ({_first_error(exc)}); "
+                                           "is the ring up? (`ringfeed local up` starts a local one)") from None
+        if problem := self._unknown_datacenter():
+            self._cluster.shutdown()
+            raise RingfeedError(problem)
+
+    def _unknown_datacenter(self) -> str | None:
+        """The error when the local datacenter has no node the driver saw (None: fine, or nothing seen)."""
+        local_dc = self.address.local_dc
+        datacenters = sorted({host.datacenter for host in self._cluster.metadata.all_hosts() if host.datacenter})
+        if local_dc and datacenters and local_dc not in datacenters:
+            return f"no node of the ring is in datacenter {local_dc!r}; its datacenters: {', '.join(datacenters)}"
+        return None
 
     @functools.cached_property
     def native(self):
         """The native session (``ringfeed._native.Session``) to the same ring, opened on first use."""
-        from ringfeed import _native
-
-        address = self.address
-        try:
-            return _native.Session(list(address.hosts), address.port, address.username, address.password,
-                                   tls_ca_file=address.tls_ca_file)
-        except ConnectionError as exc:
-            raise RingfeedError(str(exc)) from None
+        return self.address.native_session()
 
     def close(self) -> None:
         self.__dict__.pop("native", None)
@@ -235,4 +244,5 @@ def _now() -> dt.datetime:
 
 def _first_error(exc) -> str:
     errors = getattr(exc, "errors", None) or {}
-    return str(next(iter(errors.values()), exc)).splitlines()[0][:160]
+    first = next(iter(errors.values() if isinstance(errors, dict) else errors), exc)
+    return str(first).splitlines()[0][:160]

@@ -124,7 +124,7 @@ def dataset_manifest(name: str, ring: LocalRing, source: Path, **spec) -> dict:
     return {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Dataset", "metadata": {"name": name},
         "spec": {
-            "storage": {"external": {"contactPoints": list(ring.hosts),
+            "storage": {"external": {"contactPoints": list(ring.hosts), "localDatacenter": "datacenter1",
                                      "credentialsSecret": {"name": "ring-credentials"}}},
             "schema": {"naturalKeys": [{"name": "path", "type": "text"}],
                        "metadata": [{"name": "patient_id", "type": "text"}],
@@ -268,6 +268,7 @@ def test_dataset_ingests_and_becomes_ready(cluster: Cluster, ns: str, ring, stor
     env = {e.name: e for e in jobs[0].spec.template.spec.containers[0].env}
     assert env["RINGFEED_USERNAME"].value_from.secret_key_ref.name == "ring-credentials"
     assert env["RINGFEED_TLS_CA_FILE"].value == "/etc/ringfeed/tls/ca.crt"
+    assert env["RINGFEED_LOCAL_DC"].value == "datacenter1"
     table = cluster.kubectl("get", "datasets", "-n", ns).stdout
     header, row = table.splitlines()[:2]
     assert header.split()[:4] == ["NAME", "READY", "SAMPLES", "LABELS"]

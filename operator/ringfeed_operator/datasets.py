@@ -66,7 +66,7 @@ def ring_address(storage: dict, username: str | None = None, password: str | Non
                  tls_ca_file: str | None = None) -> ClusterAddress:
     external = storage["external"]
     return ClusterAddress(tuple(external["contactPoints"]), external.get("port", 9042), username, password,
-                          tls_ca_file)
+                          tls_ca_file, external.get("localDatacenter") or None)
 
 
 def tls_secret(storage: dict) -> dict | None:

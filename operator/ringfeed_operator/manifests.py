@@ -40,6 +40,8 @@ def ring_env(storage: dict) -> list[dict]:
             env.append({"name": variable, "valueFrom": {"secretKeyRef": {"name": secret["name"], "key": key}}})
     if tls_secret(storage):
         env.append({"name": "RINGFEED_TLS_CA_FILE", "value": f"{TLS_MOUNT}/ca.crt"})
+    if external.get("localDatacenter"):
+        env.append({"name": "RINGFEED_LOCAL_DC", "value": external["localDatacenter"]})
     return env
 
 

@@ -39,7 +39,7 @@ class Rings:
         if ca_secret:
             ca_file = self._ca_file(*kube.secret_values(namespace, ca_secret["name"], ca_secret["key"]))
         address = ring_address(storage, username, password, ca_file)
-        key = (address.hosts, address.port, username, password, ca_file)
+        key = (address.hosts, address.port, username, password, ca_file, address.local_dc)
         with self._lock:
             store = self._stores.get(key)
             if store is None:

@@ -23,7 +23,7 @@ from ringfeed_operator.conditions import Conditions
 from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
                                         keyspace_owner, ring_address, ring_keyspace, same_tables, stats_status,
                                         tls_secret)
-from ringfeed_operator.manifests import ingest_job, job_name, split_job
+from ringfeed_operator.manifests import ingest_job, job_name, ring_env, split_job
 from ringfeed_operator.settings import JobSettings
 from ringfeed_operator.splits import split_arguments, split_spec, split_status
 
@@ -73,6 +73,15 @@ def test_dataset_spec_becomes_the_data_plane_schema():
     bad["schema"]["naturalKeys"] = [{"name": "score", "type": "double"}]
     with pytest.raises(RingfeedError, match="natural key 'score' must be one of text, int, bigint"):
         dataset_schema("t", bad)
+
+
+def test_a_local_datacenter_reaches_the_operator_and_the_jobs():
+    storage = copy.deepcopy(DATASET["spec"]["storage"])
+    assert ring_address(storage).local_dc is None
+    assert "RINGFEED_LOCAL_DC" not in {e["name"] for e in ring_env(storage)}
+    storage["external"]["localDatacenter"] = "dc-west"
+    assert ring_address(storage).local_dc == "dc-west"
+    assert {"name": "RINGFEED_LOCAL_DC", "value": "dc-west"} in ring_env(storage)
 
 
 def test_a_keyspace_belongs_to_the_earliest_dataset_claiming_it_on_that_ring():

@@ -700,8 +700,8 @@ struct Request {
 }
 
 /// Splits a batch into requests of about `request_bytes` each (by the mean sample size seen so far; at least one
-/// sample, at most `concurrency`), each owned by one node (its first connected replica), so that a multi-row read
-/// is served where the rows are, without a coordinator hop.
+/// sample, at most `concurrency`), each owned by one node (its first connected replica, in the local datacenter
+/// when one is set), so that a multi-row read is served where the rows are, without a coordinator hop.
 fn requests(shared: &Shared, uuids: &[Uuid]) -> Vec<Request> {
     let per_request = rows_per_request(
         shared.statements.request_bytes,
@@ -723,6 +723,7 @@ fn requests(shared: &Shared, uuids: &[Uuid]) -> Vec<Request> {
         shared.statements.keyspace.as_str(),
         shared.statements.table.as_str(),
     );
+    let local_dc = shared.client.local_dc.as_deref();
     // (owning node, its (position, uuid)s), in order of first appearance.
     type NodeRows = (Option<Uuid>, Vec<(usize, Uuid)>);
     let mut by_node: Vec<NodeRows> = Vec::new();
@@ -734,7 +735,10 @@ fn requests(shared: &Shared, uuids: &[Uuid]) -> Vec<Request> {
                 state
                     .get_token_endpoints(keyspace, table, token)
                     .into_iter()
-                    .find(|(node, _)| node.is_connected())
+                    .find(|(node, _)| {
+                        node.is_connected()
+                            && local_dc.is_none_or(|dc| node.datacenter.as_deref() == Some(dc))
+                    })
             })
             .map(|(node, _)| node.host_id);
         match by_node.iter_mut().find(|(owner, _)| *owner == node) {

@@ -65,6 +65,8 @@ impl Drop for IoRuntime {
 pub(crate) struct Client {
     runtime: IoRuntime,
     pub session: Arc<ScyllaSession>,
+    /// The datacenter whose nodes serve every request (None: any).
+    pub local_dc: Option<String>,
 }
 
 impl Client {
@@ -147,6 +149,25 @@ fn tls_config(ca_file: &str) -> PyResult<OpenSsl010Config> {
     Ok(OpenSsl010Config::new(connector))
 }
 
+/// Fails with the ring's datacenters when none of its nodes is in `dc` (every request would find no node).
+fn check_datacenter(session: &ScyllaSession, dc: &str) -> PyResult<()> {
+    let state = session.get_cluster_state();
+    let mut known: Vec<&str> = state
+        .get_nodes_info()
+        .iter()
+        .filter_map(|node| node.datacenter.as_deref())
+        .collect();
+    if known.contains(&dc) {
+        return Ok(());
+    }
+    known.sort_unstable();
+    known.dedup();
+    Err(PyConnectionError::new_err(format!(
+        "no node of the ring is in datacenter '{dc}'; its datacenters: {}",
+        known.join(", ")
+    )))
+}
+
 /// A connection to a Cassandra ring.
 #[pyclass(module = "ringfeed._native", frozen)]
 pub struct Session {
@@ -156,7 +177,7 @@ pub struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (hosts, port = 9042, username = None, password = None, consistency = "ONE", request_timeout_ms = 12000, tls_ca_file = None))]
+    #[pyo3(signature = (hosts, port = 9042, username = None, password = None, consistency = "ONE", request_timeout_ms = 12000, tls_ca_file = None, local_dc = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -167,6 +188,7 @@ impl Session {
         consistency: &str,
         request_timeout_ms: u64,
         tls_ca_file: Option<String>,
+        local_dc: Option<String>,
     ) -> PyResult<Self> {
         if hosts.is_empty() {
             return Err(PyValueError::new_err("hosts is empty"));
@@ -190,6 +212,10 @@ impl Session {
         if let Some(ca_file) = tls_ca_file {
             builder = builder.tls_context(Some(tls_config(&ca_file)?));
         }
+        if let Some(dc) = &local_dc {
+            // The default policy sends requests to this datacenter's nodes only (no failover to remote ones).
+            builder = builder.prefer_datacenter(dc.clone());
+        }
         match (username, password) {
             (Some(username), Some(password)) => builder = builder.user(username, password),
             (None, None) => {}
@@ -208,10 +234,14 @@ impl Session {
                 one_line(err)
             ))
         })?;
+        if let Some(dc) = &local_dc {
+            check_datacenter(&session, dc)?;
+        }
         Ok(Self {
             client: Arc::new(Client {
                 runtime,
                 session: Arc::new(session),
+                local_dc,
             }),
         })
     }

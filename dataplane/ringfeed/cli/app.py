@@ -47,9 +47,11 @@ class RingfeedGroup(click.Group):
 @click.option("--password", envvar="RINGFEED_PASSWORD", default=None, help="[env RINGFEED_PASSWORD]")
 @click.option("--tls-ca-file", envvar="RINGFEED_TLS_CA_FILE", default=None, type=click.Path(dir_okay=False),
               help="Connect with TLS, verifying the nodes against this PEM CA certificate [env RINGFEED_TLS_CA_FILE].")
+@click.option("--local-dc", envvar="RINGFEED_LOCAL_DC", default=None,
+              help="Send requests to this datacenter's nodes only [env RINGFEED_LOCAL_DC].")
 @click.version_option(package_name="ringfeed")
 @click.pass_context
-def main(ctx, hosts, port, username, password, tls_ca_file):
+def main(ctx, hosts, port, username, password, tls_ca_file, local_dc):
     """Ringfeed: deep-learning training data in an Apache Cassandra ring.
 
     \b
@@ -61,7 +63,7 @@ def main(ctx, hosts, port, username, password, tls_ca_file):
       ringfeed split create pets by-owner --ratios 7,2,1 --group-by owner --seed 1
     """
     ctx.obj = ClusterAddress(tuple(h.strip() for h in hosts.split(",") if h.strip()), port, username, password,
-                             tls_ca_file)
+                             tls_ca_file, local_dc)
 
 
 def open_store(ctx):

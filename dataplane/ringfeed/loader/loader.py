@@ -297,14 +297,7 @@ class Loader:
     def _open_fetcher(self):
         """The native reader of this process, opened on first use (and again in a forked worker)."""
         if self._fetcher is None or self._fetcher_pid != os.getpid():
-            from ringfeed import _native
-
-            address = self.source.address
-            try:
-                session = _native.Session(list(address.hosts), address.port, address.username, address.password,
-                                          self.consistency, tls_ca_file=address.tls_ca_file)
-            except ConnectionError as exc:
-                raise RingfeedError(str(exc)) from None
+            session = self.source.address.native_session(self.consistency)
             _, dtype, shape = self.source.encoding
             options = {}
             if isinstance(self.decode, Decode):
