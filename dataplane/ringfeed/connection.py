@@ -44,6 +44,6 @@ class ClusterAddress:
 
         try:
             return _native.Session(list(self.hosts), self.port, self.username, self.password, consistency,
-                                   tls_ca_file=self.tls_ca_file, local_dc=self.local_dc)
+                                   tls_ca_file=self.tls_ca_file, local_dc=self.local_dc or None)
         except ConnectionError as exc:
             raise RingfeedError(str(exc)) from None

@@ -406,7 +406,7 @@ def test_a_keyspace_another_dataset_owns_is_left_alone(cluster: Cluster, ns: str
             get(cluster, other, "datasets", "slides"), "Ready").get("reason") == "KeyspaceInUse", timeout_s=60)
         message = condition(get(cluster, other, "datasets", "slides"), "Ready")["message"]
         assert f"keyspace slides on this ring belongs to Dataset {ns}/slides" in message
-        assert "set spec.keyspace to another name" in message
+        assert "create it with another spec.keyspace" in message
         time.sleep(6)  # a round of the operator's 5 s timer: it leaves the object alone too
         refused = get(cluster, other, "datasets", "slides")
         assert condition(refused, "Ready")["reason"] == "KeyspaceInUse"

@@ -28,10 +28,17 @@ def ring_keyspace(namespace: str, name: str, spec: dict) -> tuple:
     return ring, catalog_name(name, spec)
 
 
-def keyspace_owner(claims: Iterable[tuple[str, str, str]]) -> tuple[str, str]:
-    """(namespace, name) of the Dataset that owns a keyspace among those claiming it, given as (creationTimestamp,
-    namespace, name): the earliest created (then by namespace and name), so a later Dataset never takes it over."""
-    _, namespace, name = min(claims)
+def keyspace_claim(namespace: str, name: str, spec: dict, status: dict, meta: dict) -> tuple:
+    """How a Dataset ranks among those claiming its keyspace on its ring: one that holds it (its tables were
+    reconciled) before one that does not, then the earliest created, then by namespace and name."""
+    holds = status.get("keyspace") == catalog_name(name, spec)
+    return (0 if holds else 1, meta["creationTimestamp"], namespace, name)
+
+
+def keyspace_owner(claims: Iterable[tuple]) -> tuple[str, str]:
+    """(namespace, name) of the Dataset that owns a keyspace, from the ``keyspace_claim`` of each claimant: a
+    newcomer never takes over a keyspace another Dataset holds."""
+    *_, namespace, name = min(claims)
     return namespace, name
 
 

@@ -26,7 +26,7 @@ from ringfeed.splits.storage import list_splits
 from ringfeed_operator import kube, metrics
 from ringfeed_operator.conditions import Conditions, now_rfc3339
 from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
-                                        keyspace_owner, ring_keyspace, same_tables, stats_status)
+                                        keyspace_claim, keyspace_owner, ring_keyspace, same_tables, stats_status)
 from ringfeed_operator.manifests import GROUP, LABEL_DATASET, VERSION, ingest_job, job_name, split_job
 from ringfeed_operator.rings import Rings, StorageNotSupported
 from ringfeed_operator.splits import split_arguments, split_spec, split_status
@@ -107,9 +107,22 @@ def _open_store(memo, namespace: str, storage: dict, patch, conditions: Conditio
 # -- Dataset ---------------------------------------------------------------------------------------------------------
 
 @kopf.index(*DATASETS)
-def datasets_by_keyspace(namespace: str, name: str, spec: dict, meta: dict, **_) -> dict:
-    """Datasets by the (ring, keyspace) they claim, with their creation time: who owns a keyspace."""
-    return {ring_keyspace(namespace, name, spec): (meta["creationTimestamp"], namespace, name)}
+def datasets_by_keyspace(namespace: str, name: str, spec: dict, status: dict, meta: dict, **_) -> dict:
+    """Datasets by the (ring, keyspace) they claim, with their rank as claimants: who owns a keyspace."""
+    return {ring_keyspace(namespace, name, spec): keyspace_claim(namespace, name, spec, status, meta)}
+
+
+def _keyspace_owner(namespace: str, name: str, spec: dict, status: dict, meta: dict, index: kopf.Index) -> tuple:
+    """(namespace, name) of the Dataset owning this one's keyspace on its ring (this one's own claim included, in
+    case the index has not seen it yet)."""
+    claims = index.get(ring_keyspace(namespace, name, spec), ())
+    return keyspace_owner([*claims, keyspace_claim(namespace, name, spec, status, meta)])
+
+
+def _keyspace_in_use(keyspace: str, owner: tuple) -> str:
+    return (f"keyspace {keyspace} on this ring belongs to Dataset {owner[0]}/{owner[1]}; nothing is read, written or "
+            "dropped there. Delete this Dataset and create it with another spec.keyspace (spec.keyspace is "
+            "immutable), or wait: it takes the keyspace over once the other Dataset is gone")
 
 
 @kopf.index(*SPLITS)
@@ -132,12 +145,11 @@ def reconcile_dataset(name: str, namespace: str, spec: dict, status: dict, meta:
         schema = dataset_schema(name, spec)
     except RingfeedError as error:
         _give_up(patch, conditions, generation, "InvalidSpec", f"spec.schema: {error}", permanent=True)
-    claimed = ring_keyspace(namespace, name, spec)
-    owner = keyspace_owner([*datasets_by_keyspace.get(claimed, ()), (meta["creationTimestamp"], namespace, name)])
+    owner = _keyspace_owner(namespace, name, spec, status, meta, datasets_by_keyspace)
     if owner != (namespace, name):  # its deletionPolicy must not drop, nor its ingest write into, another's tables
-        _give_up(patch, conditions, generation, "KeyspaceInUse",
-                 f"keyspace {schema.keyspace} on this ring belongs to Dataset {owner[0]}/{owner[1]}, created "
-                 "earlier; set spec.keyspace to another name (checked again every 30 s)", permanent=False, delay=30)
+        patch.status["keyspace"] = None  # no longer holds it: the timer leaves it alone, a deletion drops nothing
+        _give_up(patch, conditions, generation, "KeyspaceInUse", _keyspace_in_use(schema.keyspace, owner),
+                 permanent=False, delay=30)
     volume = ((spec.get("ingest") or {}).get("source") or {}).get("volume") or {}
     if "hostPath" in volume and not memo.jobs.allow_host_path:
         _give_up(patch, conditions, generation, "InvalidSpec", "spec.ingest.source.volume.hostPath is not allowed "
@@ -198,12 +210,18 @@ def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo
 @kopf.timer(*DATASETS, interval=POLL_S, initial_delay=POLL_S)
 @counted("Dataset")
 def watch_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict,
-                  memo: kopf.Memo, patch: kopf.Patch, splits_by_dataset: kopf.Index, **_) -> None:
+                  memo: kopf.Memo, patch: kopf.Patch, splits_by_dataset: kopf.Index, datasets_by_keyspace: kopf.Index,
+                  **_) -> None:
     """Follow the ingest Job, refresh the catalog figures every spec.refreshInterval, count the Splits."""
     conditions = Conditions(status.get("conditions"), meta["generation"])
     if (status.get("observedGeneration") != meta["generation"] or not status.get("keyspace")
             or conditions.reason("Ready") in PERMANENT_REASONS):
         return  # the change handler has not handled this generation or its tables yet, or the spec must change
+    owner = _keyspace_owner(namespace, name, spec, status, meta, datasets_by_keyspace)
+    if owner != (namespace, name):  # another Dataset holds the keyspace too (shared before ownership existed)
+        conditions.set("Ready", False, "KeyspaceInUse", _keyspace_in_use(status["keyspace"], owner))
+        patch.status["conditions"] = conditions.as_list()
+        return
     try:
         store = memo.rings.store(namespace, spec["storage"])
     except (kube.SecretNotFound, StorageNotSupported, *RING_ERRORS) as error:
@@ -286,8 +304,8 @@ def _refresh_stats(name, namespace, spec, status, store, memo, patch, conditions
 
 @kopf.on.delete(*DATASETS)
 @counted("Dataset")
-def delete_dataset(name: str, namespace: str, spec: dict, status: dict, body: dict, memo: kopf.Memo,
-                   retry: int, **_) -> None:
+def delete_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: kopf.Memo,
+                   retry: int, datasets_by_keyspace: kopf.Index, **_) -> None:
     """Refuse while Splits use the Dataset; stop its Jobs; drop the tables when deletionPolicy is Delete."""
     splits = kube.referrers(namespace, "splits", lambda s: s.get("dataset"), name)
     if splits:
@@ -300,6 +318,11 @@ def delete_dataset(name: str, namespace: str, spec: dict, status: dict, body: di
         raise kopf.TemporaryError(f"waiting for Pod(s) {', '.join(pods)} to stop", delay=3)
     metrics.forget_dataset(namespace, name)
     if spec.get("deletionPolicy", "Retain") != "Delete" or not status.get("keyspace"):
+        return
+    owner = _keyspace_owner(namespace, name, spec, status, meta, datasets_by_keyspace)
+    if owner != (namespace, name):
+        _event(body, "TablesKept", f"deletionPolicy Delete: keyspace {status['keyspace']} belongs to Dataset "
+                                   f"{owner[0]}/{owner[1]}, not dropped", warning=True)
         return
     try:
         memo.rings.store(namespace, spec["storage"]).drop_dataset(catalog_name(name, spec))

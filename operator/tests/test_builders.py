@@ -21,7 +21,8 @@ from ringfeed.table import ColumnarTable
 
 from ringfeed_operator.conditions import Conditions
 from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
-                                        keyspace_owner, ring_address, ring_keyspace, same_tables, stats_status,
+                                        keyspace_claim, keyspace_owner, ring_address, ring_keyspace, same_tables,
+                                        stats_status,
                                         tls_secret)
 from ringfeed_operator.manifests import ingest_job, job_name, ring_env, split_job
 from ringfeed_operator.settings import JobSettings
@@ -97,10 +98,20 @@ def test_a_keyspace_belongs_to_the_earliest_dataset_claiming_it_on_that_ring():
     assert ring_keyspace("ml", "tumour-slides", elsewhere) != claimed
     k8ssandra = {**spec, "storage": {"k8ssandra": {"clusterName": "ring"}}}
     assert ring_keyspace("ml", "t", k8ssandra) != ring_keyspace("ops", "t", k8ssandra)
-    claims = [("2026-11-22T10:00:05Z", "b", "slides"), ("2026-11-22T10:00:01Z", "z", "slides"),
-              ("2026-11-22T10:00:01Z", "a", "slides-v2")]
-    assert keyspace_owner(claims) == ("a", "slides-v2")  # earliest, then by namespace and name
-    assert keyspace_owner(claims[:1] * 2) == ("b", "slides")  # a Dataset's own claim may come twice
+    def claim(namespace, name, created, holds=False, keyspace=None):
+        spec_ = {**spec, "keyspace": keyspace} if keyspace else spec
+        return keyspace_claim(namespace, name, spec_, {"keyspace": "tumour_slides"} if holds else {},
+                              {"creationTimestamp": created})
+    newcomers = [claim("b", "tumour-slides", "2026-11-22T10:00:05Z"),
+                 claim("z", "tumour-slides", "2026-11-22T10:00:01Z"),
+                 claim("a", "older", "2026-11-22T10:00:01Z", keyspace="tumour_slides")]
+    assert keyspace_owner(newcomers) == ("a", "older")  # earliest, then by namespace and name
+    assert keyspace_owner(newcomers[:1] * 2) == ("b", "tumour-slides")  # a Dataset's own claim may come twice
+    # One whose tables were reconciled keeps the keyspace against any newcomer, however old.
+    holder = claim("c", "tumour-slides", "2026-11-22T11:00:00Z", holds=True)
+    assert keyspace_owner([*newcomers, holder]) == ("c", "tumour-slides")
+    assert keyspace_owner([holder, claim("a", "tumour-slides", "2026-11-22T09:00:00Z", holds=True)]) == (
+        "a", "tumour-slides")  # two holders (shared before ownership existed): the earliest
 
 
 def test_existing_tables_match_when_only_class_names_grew():

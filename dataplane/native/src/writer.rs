@@ -199,28 +199,29 @@ async fn write_row(
 ) {
     let transient =
         |failure: &WriteFailure| matches!(failure, WriteFailure::Failed(err) if is_transient(err));
-    let outcome = with_backoff(shared.max_retries, transient, |_| async {
-        if shared.tally().skip_if_halted() {
-            return Err(WriteFailure::Halted);
+    let (shared, statement, row) = (&shared, &statement, &row);
+    let outcome = with_backoff(shared.max_retries, transient, |retry| async move {
+        {
+            let mut tally = shared.tally();
+            if tally.skip_if_halted() {
+                return Err(WriteFailure::Halted);
+            }
+            if retry > 0 {
+                tally.retries += 1; // counted as it happens: stats() during an outage shows the rows in backoff
+            }
         }
         shared
             .session
-            .execute_unpaged(&statement, &row.values)
+            .execute_unpaged(statement, &row.values)
             .await
             .map_err(|err| WriteFailure::Failed(Box::new(err)))
     })
     .await;
     let mut tally = shared.tally();
     match outcome {
-        Ok((_, retries)) => {
-            tally.retries += u64::from(retries);
-            tally.record_written(row.payload_bytes);
-        }
-        Err((WriteFailure::Failed(err), retries)) => {
-            tally.retries += u64::from(retries);
-            tally.record_failed(&err);
-        }
-        Err((WriteFailure::Halted, retries)) => tally.retries += u64::from(retries),
+        Ok(_) => tally.record_written(row.payload_bytes),
+        Err((WriteFailure::Failed(err), _)) => tally.record_failed(&err),
+        Err((WriteFailure::Halted, _)) => {}
     }
 }
 

@@ -288,6 +288,8 @@ def test_request_size_changes_nothing_but_the_requests(module_store, slides, rem
     """One read per sample and multi-row reads (with the duplicates padding puts in a batch) give identical batches."""
     name, stored = slides
     mean = sum(len(data) for _, data in stored.values()) // len(stored)
+    module_store.refresh_stats(name)  # the catalog's mean sizes the first requests
+    assert LoaderSource.from_split(name, "by-patient", "train", store=module_store).sample_bytes == mean
     runs = {}
     for rows in (1, 3, 8):  # samples per request
         loader = Loader(name, "by-patient", "train", 20, store=module_store, seed=5, with_uuids=True, world_size=3,
