@@ -409,6 +409,16 @@ struct Row {
     data: Bytes,
 }
 
+impl Row {
+    /// A row as read: a null label is -1 (unlabelled), null data is empty.
+    fn from_columns(label: Option<i32>, data: Option<Bytes>) -> Self {
+        Self {
+            label: label.unwrap_or(-1),
+            data: data.unwrap_or_default(),
+        }
+    }
+}
+
 /// Where arriving samples go: fixed-size slots by position (decoded images, raw tensors), or appended in arrival
 /// order with a (start, end) span per position (stored bytes). Each sample is copied (or decoded) once, as soon as
 /// it arrives, so its response frame is freed at once and the batch buffer is the only large allocation.
@@ -816,13 +826,7 @@ async fn read_rows(shared: &Shared, request: Request) -> Result<(Vec<(usize, Row
         .map_err(one_line)?
     {
         let (uuid, label, data) = row.map_err(one_line)?;
-        found.insert(
-            uuid,
-            Row {
-                label: label.unwrap_or(-1),
-                data: data.unwrap_or_default(),
-            },
-        );
+        found.insert(uuid, Row::from_columns(label, data));
     }
     let arrived = request
         .rows
@@ -852,10 +856,7 @@ async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), Str
         .map_err(one_line)?
         .maybe_first_row::<(Option<i32>, Option<Bytes>)>()
         .map_err(one_line)?
-        .map(|(label, data)| Row {
-            label: label.unwrap_or(-1),
-            data: data.unwrap_or_default(),
-        });
+        .map(|(label, data)| Row::from_columns(label, data));
     Ok((row, retries))
 }
 
