@@ -21,13 +21,11 @@ from ringfeed_operator.settings import JobSettings
 @click.option("--health-port", default=8080, show_default=True, type=int,
               help="Port of the liveness endpoint (GET /healthz) for the Deployment's probe.")
 @click.option("--bind", default="0.0.0.0", show_default=True,
-              help="Address the metrics and health endpoints listen on (127.0.0.1 on a hostNetwork node).")
+              help="Address the metrics and health endpoints listen on.")
 @click.option("--job-image", default=JobSettings.image, show_default=True,
               help="Data-plane image of the ingest and split Jobs (runs `ringfeed ingest` / `ringfeed split create`).")
 @click.option("--job-image-pull-policy", default=JobSettings.image_pull_policy, show_default=True,
               type=click.Choice(["Always", "IfNotPresent", "Never"]))
-@click.option("--job-host-network", is_flag=True,
-              help="Run Jobs in the node's network namespace (clusters without a Pod network, like the local one).")
 @click.option("--job-service-account", default="", help="Service account of the Jobs (default: the namespace's).")
 @click.option("--job-backoff-limit", default=JobSettings.backoff_limit, show_default=True, type=click.IntRange(0, 20),
               help="Retries of a failed Job Pod before the Job (and the ingest or split) is reported failed.")
@@ -39,7 +37,7 @@ from ringfeed_operator.settings import JobSettings
                    "(default: ingest 1 CPU / 1Gi, split 1 CPU / 2Gi requested).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every handler call and API request.")
 def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, job_image: str,
-         job_image_pull_policy: str, job_host_network: bool, job_service_account: str, job_backoff_limit: int,
+         job_image_pull_policy: str, job_service_account: str, job_backoff_limit: int,
          job_allow_host_path: bool,
          job_resources: str | None, verbose: bool) -> None:
     """Reconcile Ringfeed's Dataset, Split and TrainingJob objects.
@@ -51,9 +49,9 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
       ringfeed-operator                          # every namespace
       ringfeed-operator -n ml-data -n ml-train   # two namespaces only
       ringfeed-operator --bind 127.0.0.1 --metrics-port 19090 --health-port 18080
-      ringfeed-operator --job-image localhost/ringfeed/dataplane:0.1.0 --job-host-network
+      ringfeed-operator --job-image localhost/ringfeed/dataplane:0.1.0 --job-image-pull-policy Never
     """
-    jobs = JobSettings(image=job_image, image_pull_policy=job_image_pull_policy, host_network=job_host_network,
+    jobs = JobSettings(image=job_image, image_pull_policy=job_image_pull_policy,
                        service_account=job_service_account, backoff_limit=job_backoff_limit,
                        allow_host_path=job_allow_host_path)
     if job_resources:

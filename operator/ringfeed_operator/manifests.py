@@ -70,9 +70,6 @@ def _job(name: str, owner: dict, labels: dict, container: dict, settings: JobSet
         }],
         "volumes": [*volumes, {"name": "tmp", "emptyDir": {}}],
     }
-    if settings.host_network:
-        pod_spec["hostNetwork"] = True
-        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     if settings.service_account:
         pod_spec["serviceAccountName"] = settings.service_account
     return {

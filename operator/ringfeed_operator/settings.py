@@ -11,7 +11,6 @@ class JobSettings:
 
     image: str = "ghcr.io/ringfeed/dataplane:0.1.0"
     image_pull_policy: str = "IfNotPresent"
-    host_network: bool = False  # the local single-node cluster has no Pod network
     service_account: str = ""  # "" = the namespace's default; Jobs never call the Kubernetes API
     backoff_limit: int = 2
     ttl_seconds_after_finished: int = 86400

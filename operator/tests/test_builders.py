@@ -44,7 +44,7 @@ DATASET = {
                    "format": "imagefolder", "workers": 4, "concurrency": 32, "fullDecode": True},
     },
 }
-SETTINGS = JobSettings(image="registry.example/ringfeed/dataplane:9", host_network=True)
+SETTINGS = JobSettings(image="registry.example/ringfeed/dataplane:9")
 
 
 def test_conditions_keep_transition_time_until_the_status_changes():
@@ -145,7 +145,7 @@ def test_ingest_job_runs_ringfeed_ingest_with_the_spec_and_the_secret():
         "apiVersion": "ringfeed.io/v1alpha1", "kind": "Dataset", "name": "tumour-slides",
         "uid": DATASET["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
     pod = job["spec"]["template"]["spec"]
-    assert pod["hostNetwork"] is True and pod["restartPolicy"] == "Never"
+    assert "hostNetwork" not in pod and pod["restartPolicy"] == "Never"
     assert pod["automountServiceAccountToken"] is False
     assert pod["securityContext"]["runAsNonRoot"] is True
     container = pod["containers"][0]
