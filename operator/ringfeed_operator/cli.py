@@ -1,8 +1,8 @@
-"""`ringfeed-operator`: runs the kopf operator with Ringfeed's handlers and a Prometheus endpoint."""
+"""`ringfeed-operator`: runs the kopf operator with Ringfeed's Dataset and Split handlers and a Prometheus
+endpoint."""
 
 import asyncio
 import dataclasses
-import json
 import logging
 
 import click
@@ -10,7 +10,7 @@ import kopf
 import prometheus_client
 
 import ringfeed_operator.handlers  # noqa: F401  (registers the handlers)
-from ringfeed_operator.settings import JobSettings
+from ringfeed_operator.settings import JobSettings, parse_job_resources
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,14 +33,16 @@ from ringfeed_operator.settings import JobSettings
               help="Accept hostPath ingest sources (they give the ingest Pod a node's files): single-node and "
                    "development clusters only.")
 @click.option("--job-resources", default=None, metavar="JSON",
-              help='Resources of the Jobs by role, e.g. \'{"split": {"requests": {"memory": "4Gi"}}}\' '
-                   "(default: ingest 1 CPU / 1Gi, split 1 CPU / 2Gi requested).")
+              help='Resources of the Jobs by role (ingest, split), each a ResourceRequirements (limits, requests) '
+                   'that replaces the role\'s default, e.g. \'{"split": {"requests": {"cpu": "1", "memory": '
+                   '"4Gi"}}}\'. Default: ingest 1 CPU / 1Gi requested, 4Gi limit; split 1 CPU / 2Gi requested, '
+                   "8Gi limit.")
 @click.option("--verbose", "-v", is_flag=True, help="Log every handler call and API request.")
 def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, job_image: str,
          job_image_pull_policy: str, job_service_account: str, job_backoff_limit: int,
          job_allow_host_path: bool,
          job_resources: str | None, verbose: bool) -> None:
-    """Reconcile Ringfeed's Dataset, Split and TrainingJob objects.
+    """Reconcile Ringfeed's Dataset and Split objects (TrainingJob has a CRD but no controller yet).
 
     Inside a cluster the service account's credentials are used; outside, the current kubeconfig context.
 
@@ -54,16 +56,11 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
     jobs = JobSettings(image=job_image, image_pull_policy=job_image_pull_policy,
                        service_account=job_service_account, backoff_limit=job_backoff_limit,
                        allow_host_path=job_allow_host_path)
-    if job_resources:
+    if job_resources is not None:
         try:
-            overrides = json.loads(job_resources)
-        except json.JSONDecodeError as error:
-            raise click.BadParameter(f"not JSON: {error}", param_hint="--job-resources") from None
-        unknown = set(overrides) - set(jobs.resources)
-        if not isinstance(overrides, dict) or unknown:
-            raise click.BadParameter(f"give an object with keys among {sorted(jobs.resources)}",
-                                     param_hint="--job-resources")
-        jobs = dataclasses.replace(jobs, resources={**jobs.resources, **overrides})
+            jobs = dataclasses.replace(jobs, resources=parse_job_resources(job_resources, jobs.resources))
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--job-resources") from None
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if metrics_port:
