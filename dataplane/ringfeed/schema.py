@@ -1,7 +1,8 @@
 """Dataset schemas and the CQL they become.
 
 A dataset is three tables in its own keyspace, as in Versaci & Busonera (2021):
-``metadata_by_nat`` (partitioned by the natural keys plus the label, so splits can be computed from metadata alone),
+``metadata_by_nat`` (one row per natural key, so splits can be computed from metadata alone; unlike the paper the
+label is not part of the key: a sample's identity is its natural key, and a relabel updates it in place),
 ``data_by_uuid`` (the sample bytes and label by UUID, the loader's only table) and the optional
 ``metadata_by_uuid`` (to trace a result back to its sample).
 """
@@ -23,6 +24,9 @@ RAW_DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "
 # Column names the tables use themselves.
 RESERVED_COLUMNS = frozenset({"uuid", "label", "data", "sample_bytes"})
 CATALOG_KEYSPACE = "ringfeed"
+METADATA_BY_NAT = "metadata_by_nat"
+# Where `ringfeed dataset migrate` copies metadata_by_nat while it rebuilds the table in the current layout.
+MIGRATION_TABLE = "metadata_by_nat_migration"
 _IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 # CQL's reserved keywords cannot name a keyspace or column unquoted; refusing them keeps every statement plain.
 CQL_RESERVED = frozenset("""
@@ -165,8 +169,8 @@ class DatasetSchema:
 
     def partition_key(self, table: str) -> list[str]:
         """Partition-key columns of one of the dataset's tables (what a token-range scan hashes)."""
-        if table == "metadata_by_nat":
-            return [c.name for c in self.natural_keys] + ["label"]
+        if table in (METADATA_BY_NAT, MIGRATION_TABLE):
+            return [c.name for c in self.natural_keys]
         return ["uuid"]
 
     def label_name(self, label: int) -> str:
@@ -182,8 +186,7 @@ class DatasetSchema:
         statements = [
             f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = "
             f"{{'class': 'SimpleStrategy', 'replication_factor': {self.replication_factor}}}",
-            f"CREATE TABLE IF NOT EXISTS {ks}.metadata_by_nat ({columns}, label int, uuid uuid, sample_bytes int, "
-            f"PRIMARY KEY (({', '.join(self.partition_key('metadata_by_nat'))}), uuid))",
+            self.metadata_by_nat_ddl(METADATA_BY_NAT),
             f"CREATE TABLE IF NOT EXISTS {ks}.data_by_uuid (uuid uuid PRIMARY KEY, label int, data blob){data_options}",
         ]
         if self.with_metadata_by_uuid:
@@ -191,18 +194,32 @@ class DatasetSchema:
                               "label int, sample_bytes int)")
         return statements
 
+    def metadata_by_nat_ddl(self, table: str) -> str:
+        """CREATE for ``metadata_by_nat`` (or the migration's copy of it): one row per natural key."""
+        columns = ", ".join(f"{c.name} {c.type}" for c in self.columns)
+        return (f"CREATE TABLE IF NOT EXISTS {self.keyspace}.{table} ({columns}, label int, uuid uuid, "
+                f"sample_bytes int, PRIMARY KEY (({', '.join(self.partition_key(table))})))")
+
+    @property
+    def metadata_row_columns(self) -> list[str]:
+        """Columns of a metadata row, in bind order: columns..., label, uuid, sample_bytes."""
+        return [*(c.name for c in self.columns), "label", "uuid", "sample_bytes"]
+
+    def metadata_insert(self, table: str) -> str:
+        """INSERT of a metadata row (``metadata_row_columns``) into ``metadata_by_nat``, ``metadata_by_uuid`` or the
+        migration's copy."""
+        names = self.metadata_row_columns
+        return (f"INSERT INTO {self.keyspace}.{table} ({', '.join(names)}) "
+                f"VALUES ({', '.join('?' * len(names))})")
+
     def insert_statements(self) -> dict[str, str]:
         """INSERTs per table; bind order: columns..., label, uuid, sample_bytes (data: uuid, label, data)."""
-        ks = self.keyspace
-        names = [c.name for c in self.columns]
-        meta_columns = ", ".join([*names, "label", "uuid", "sample_bytes"])
-        markers = ", ".join("?" * (len(names) + 3))
         statements = {
-            "metadata_by_nat": f"INSERT INTO {ks}.metadata_by_nat ({meta_columns}) VALUES ({markers})",
-            "data_by_uuid": f"INSERT INTO {ks}.data_by_uuid (uuid, label, data) VALUES (?, ?, ?)",
+            METADATA_BY_NAT: self.metadata_insert(METADATA_BY_NAT),
+            "data_by_uuid": f"INSERT INTO {self.keyspace}.data_by_uuid (uuid, label, data) VALUES (?, ?, ?)",
         }
         if self.with_metadata_by_uuid:
-            statements["metadata_by_uuid"] = f"INSERT INTO {ks}.metadata_by_uuid ({meta_columns}) VALUES ({markers})"
+            statements["metadata_by_uuid"] = self.metadata_insert("metadata_by_uuid")
         return statements
 
     # -- persistence (catalog) -------------------------------------------------------------------------------------
@@ -228,14 +245,17 @@ def catalog_ddl(replication_factor: int) -> list[str]:
     return [
         f"CREATE KEYSPACE IF NOT EXISTS {CATALOG_KEYSPACE} WITH replication = "
         f"{{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}",
+        # dataset_id: made with the dataset, recorded by its splits; a dataset dropped and created again is another.
         f"CREATE TABLE IF NOT EXISTS {CATALOG_KEYSPACE}.datasets (name text PRIMARY KEY, keyspace_name text, "
         "schema_json text, created_at timestamp, samples bigint, bytes bigint, label_counts map<int, bigint>, "
-        "label_bytes map<int, bigint>, stats_updated_at timestamp, last_ingest text)",
+        "label_bytes map<int, bigint>, stats_updated_at timestamp, last_ingest text, dataset_id uuid)",
         # Splits (ringfeed.splits.storage): a header per version, written after its chunks of packed UUIDs.
         f"CREATE TABLE IF NOT EXISTS {CATALOG_KEYSPACE}.splits (dataset text, name text, version int, "
         "split_id uuid, created_at timestamp, spec_json text, stats_json text, content_hash text, "
-        "parts list<text>, part_sizes list<bigint>, chunk_rows int, PRIMARY KEY ((dataset), name, version)) "
-        "WITH CLUSTERING ORDER BY (name ASC, version DESC)",
+        "parts list<text>, part_sizes list<bigint>, chunk_rows int, dataset_id uuid, "
+        "PRIMARY KEY ((dataset), name, version)) WITH CLUSTERING ORDER BY (name ASC, version DESC)",
         f"CREATE TABLE IF NOT EXISTS {CATALOG_KEYSPACE}.split_chunks (split_id uuid, part text, chunk int, "
         "uuids blob, PRIMARY KEY ((split_id, part, chunk)))",
+        # A catalog made before dataset identities existed.
+        *(f"ALTER TABLE {CATALOG_KEYSPACE}.{table} ADD IF NOT EXISTS dataset_id uuid" for table in ("datasets", "splits")),
     ]

@@ -19,13 +19,23 @@ import numpy as np
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.errors import DatasetNotFound, RingfeedError
-from ringfeed.schema import CATALOG_KEYSPACE, DatasetSchema, catalog_ddl
+from ringfeed.schema import CATALOG_KEYSPACE, METADATA_BY_NAT, DatasetSchema, catalog_ddl
 from ringfeed.table import ColumnarTable, scan_table
+
+
+class DatasetNeedsMigration(RingfeedError):
+    """A dataset written before a sample's identity was its natural key alone (and datasets had an identity)."""
+
+
+class DatasetHasSplits(RingfeedError):
+    pass
 
 
 @dataclasses.dataclass
 class DatasetInfo:
     schema: DatasetSchema
+    dataset_id: uuid.UUID | None
+    """Made with the dataset and recorded by its splits; None for a dataset that needs `ringfeed dataset migrate`."""
     created_at: dt.datetime | None
     samples: int
     bytes: int
@@ -118,23 +128,36 @@ class Store:
         for statement in schema.ddl():
             self.session.execute(statement)
         self.session.execute(
-            f"INSERT INTO {CATALOG_KEYSPACE}.datasets (name, keyspace_name, schema_json, created_at, samples, bytes) "
-            "VALUES (%s, %s, %s, %s, 0, 0) IF NOT EXISTS",
-            (schema.name, schema.keyspace, schema.to_json(), _now()),
+            f"INSERT INTO {CATALOG_KEYSPACE}.datasets (name, keyspace_name, schema_json, created_at, samples, bytes, "
+            "dataset_id) VALUES (%s, %s, %s, %s, 0, 0, %s) IF NOT EXISTS",
+            (schema.name, schema.keyspace, schema.to_json(), _now(), uuid.uuid4()),
         )
         return True
 
-    def drop_dataset(self, name: str, drop_tables: bool = True) -> None:
-        schema = self.schema(name)
+    def drop_dataset(self, name: str, drop_tables: bool = True, force: bool = False) -> None:
+        """Drop the dataset's splits, its keyspace (unless ``drop_tables`` is False) and its catalog entry.
+        Without ``force`` a dataset that has splits is refused (DatasetHasSplits)."""
+        from ringfeed.splits.storage import delete_split, list_splits
+
+        schema = self.info(name).schema  # a dataset that needs migrating can be dropped too
+        split_names = sorted({split.name for split in list_splits(self, name)})
+        if split_names and not force:
+            raise DatasetHasSplits(f"dataset {name!r} has splits ({', '.join(split_names)}): delete them first "
+                                   "(`ringfeed split delete`) or drop with --force (force=True) to drop them too")
+        # Splits first: an interrupted drop leaves a dataset without splits, never splits without their dataset.
+        for split_name in split_names:
+            delete_split(self, name, split_name)
         if drop_tables:
             self.session.execute(f"DROP KEYSPACE IF EXISTS {schema.keyspace}")
         self.session.execute(f"DELETE FROM {CATALOG_KEYSPACE}.datasets WHERE name = %s", (name,))
 
     def schema(self, name: str) -> DatasetSchema:
-        row = self._catalog_row(name)
-        if row is None:
-            raise DatasetNotFound(f"unknown dataset {name!r}" + self._known_hint())
-        return DatasetSchema.from_json(row[2])
+        """The schema of a dataset that can be read and written (DatasetNeedsMigration if it must be migrated)."""
+        return self._current(name).schema
+
+    def dataset_id(self, name: str) -> uuid.UUID:
+        """The dataset's identity (DatasetNeedsMigration if it has none yet)."""
+        return self._current(name).dataset_id
 
     def info(self, name: str) -> DatasetInfo:
         row = self._catalog_row(name)
@@ -145,7 +168,7 @@ class Store:
     def datasets(self) -> list[DatasetInfo]:
         if not self.catalog_has("datasets"):
             return []
-        rows = self.session.execute(f"SELECT {_CATALOG_COLUMNS} FROM {CATALOG_KEYSPACE}.datasets")
+        rows = self.session.execute(f"SELECT {self._catalog_columns()} FROM {CATALOG_KEYSPACE}.datasets")
         return sorted((_info_from_row(r) for r in rows), key=lambda i: i.schema.name)
 
     def refresh_stats(self, name: str, progress: Callable[[int], None] | None = None) -> DatasetInfo:
@@ -153,7 +176,7 @@ class Store:
 
         A recount (not counters bumped by each ingest) keeps the numbers exact when an ingest is re-run.
         """
-        table = self.scan(name, "metadata_by_nat", ["label", "sample_bytes"], progress)
+        table = self.scan(name, METADATA_BY_NAT, ["label", "sample_bytes"], progress)
         labels, index = np.unique(table["label"], return_inverse=True)
         counts = dict(zip(labels.tolist(), np.bincount(index).tolist(), strict=True))
         sizes = dict(zip(labels.tolist(), np.bincount(index, weights=table["sample_bytes"]).astype(np.int64).tolist(),
@@ -209,17 +232,37 @@ class Store:
         for statement in catalog_ddl(replication_factor):
             self.session.execute(statement)
 
-    def catalog_has(self, table: str) -> bool:
+    def catalog_has(self, table: str, column: str | None = None) -> bool:
         meta = self._cluster.metadata.keyspaces.get(CATALOG_KEYSPACE)
-        return meta is not None and table in meta.tables
+        return meta is not None and table in meta.tables and (column is None or column in meta.tables[table].columns)
+
+    def partition_key(self, keyspace: str, table: str) -> list[str] | None:
+        """The partition-key columns of a table as the ring has it now (None: no such table)."""
+        self._cluster.refresh_table_metadata(keyspace, table)
+        meta = self._cluster.metadata.keyspaces.get(keyspace)
+        if meta is None or table not in meta.tables:
+            return None
+        return [column.name for column in meta.tables[table].partition_key]
 
     # -- internals ------------------------------------------------------------------------------------------------
+
+    def _current(self, name: str) -> DatasetInfo:
+        info = self.info(name)
+        if info.dataset_id is None:
+            raise DatasetNeedsMigration(f"dataset {name!r} was written by an earlier Ringfeed, whose layout counts a "
+                                        "relabelled sample twice: run `ringfeed dataset migrate "
+                                        f"{name}` once (stop its ingests first)")
+        return info
+
+    def _catalog_columns(self) -> str:
+        # A catalog made before dataset identities reads as identities not made yet (ensure_catalog adds the column).
+        return _CATALOG_COLUMNS + (", dataset_id" if self.catalog_has("datasets", "dataset_id") else "")
 
     def _catalog_row(self, name: str):
         if not self.catalog_has("datasets"):
             return None
-        return self.session.execute(f"SELECT {_CATALOG_COLUMNS} FROM {CATALOG_KEYSPACE}.datasets WHERE name = %s",
-                                    (name,)).one()
+        return self.session.execute(f"SELECT {self._catalog_columns()} FROM {CATALOG_KEYSPACE}.datasets "
+                                    "WHERE name = %s", (name,)).one()
 
     def _known_hint(self) -> str:
         names = [i.schema.name for i in self.datasets()]
@@ -232,7 +275,7 @@ _CATALOG_COLUMNS = ("name, keyspace_name, schema_json, created_at, samples, byte
 
 def _info_from_row(row) -> DatasetInfo:
     return DatasetInfo(
-        schema=DatasetSchema.from_json(row[2]), created_at=row[3], samples=row[4] or 0, bytes=row[5] or 0,
+        schema=DatasetSchema.from_json(row[2]), dataset_id=row[10] if len(row) > 10 else None, created_at=row[3], samples=row[4] or 0, bytes=row[5] or 0,
         label_counts=dict(row[6] or {}), label_bytes=dict(row[7] or {}), stats_updated_at=row[8],
         last_ingest=json.loads(row[9]) if row[9] else None,
     )

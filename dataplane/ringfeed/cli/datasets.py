@@ -59,14 +59,42 @@ def dataset_create(ctx, name, keys, metadata, encoding, dtype, shape, label_name
 
 @dataset.command("drop")
 @click.argument("name")
-@click.option("--keep-tables", is_flag=True, help="Only forget the catalog entry; keep keyspace and tables.")
+@click.option("--keep-tables", is_flag=True, help="Only forget the catalog entry and splits; keep keyspace and tables.")
+@click.option("--force", is_flag=True, help="Also drop the dataset's splits (without it, a dataset with splits is kept).")
 @click.confirmation_option(prompt="Drop the dataset and its samples?")
 @click.pass_context
-def dataset_drop(ctx, name, keep_tables):
-    """Drop dataset NAME (its keyspace, unless --keep-tables)."""
+def dataset_drop(ctx, name, keep_tables, force):
+    """Drop dataset NAME: its splits (only with --force), its keyspace (unless --keep-tables), its catalog entry."""
     with open_store(ctx) as store:
-        store.drop_dataset(name, drop_tables=not keep_tables)
+        store.drop_dataset(name, drop_tables=not keep_tables, force=force)
     console.print(f"dataset {name} dropped")
+
+
+@dataset.command("migrate")
+@click.argument("name")
+@click.pass_context
+def dataset_migrate(ctx, name):
+    """Bring dataset NAME, written by an earlier Ringfeed, up to the current layout (run it once; re-running is safe).
+
+    Makes metadata_by_nat one row per natural key (a relabelled sample had a row per label), gives the dataset the
+    identity its splits record, and keeps the splits that are still valid. Stop ingests into NAME first.
+    """
+    from ringfeed.migration import migrate_dataset
+
+    with open_store(ctx) as store:
+        with console.status(f"migrating {name}…"):
+            summary = migrate_dataset(store, name)
+    if summary.up_to_date:
+        console.print(f"dataset {name} is up to date: nothing to migrate")
+        return
+    console.print(f"[bold green]migrated[/] {name}: {summary.samples:,} samples"
+                  + (f" ({summary.old_rows:,} rows before, {summary.relabelled:,} relabelled samples counted once "
+                     "with their last label)" if summary.old_rows else ""))
+    if summary.splits_kept:
+        console.print("splits kept: " + ", ".join(summary.splits_kept), highlight=False)
+    for split, why in summary.splits_refused:
+        console.print(f"[bold yellow]split {split} no longer loads[/]: {why}; delete it and create it again",
+                      highlight=False)
 
 
 @main.command("datasets")

@@ -145,12 +145,12 @@ def split_export(ctx, dataset, name, file, version):
 @click.option("--name", default=None, help="Split name (default: the name recorded in the file).")
 @click.pass_context
 def split_import(ctx, dataset, file, name):
-    """Store the split in FILE (from `split export`) under DATASET; its content must match its recorded hash."""
-    from ringfeed.splits import SplitSpec, read_split_file, save_split
+    """Store the split in FILE (from `split export`) under DATASET, the dataset it was made from; its content must
+    match its recorded hash."""
+    from ringfeed.splits import import_split
 
-    meta, result = read_split_file(file)
     with open_store(ctx) as store:
-        stored, created = save_split(store, dataset, name or meta["name"], SplitSpec.from_dict(meta["spec"]), result)
+        stored, created = import_split(store, dataset, file, name)
     print_split(stored)
     console.print(f"[bold green]imported[/] as version {stored.version}" if created else
                   f"identical to version {stored.version}: nothing stored")

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from ringfeed.splits.engine import SplitResult, check_columns, compute_split, content_hash
 from ringfeed.splits.spec import Filter, SplitError, SplitSpec, parse_weights
-from ringfeed.splits.storage import (SplitNotFound, StoredSplit, delete_split, export_split, get_split, list_splits,
-                                     load_split, read_split_file, save_split)
+from ringfeed.splits.storage import (SplitDatasetMismatch, SplitNotFound, StoredSplit, delete_split, export_split,
+                                     get_split, import_split, list_splits, load_split, read_split_file, save_split)
 
 
 def create_split(store, dataset: str, name: str, spec: SplitSpec,
@@ -27,6 +27,7 @@ def create_split(store, dataset: str, name: str, spec: SplitSpec,
 
 __all__ = [
     "Filter",
+    "SplitDatasetMismatch",
     "SplitError",
     "SplitNotFound",
     "SplitResult",
@@ -38,6 +39,7 @@ __all__ = [
     "delete_split",
     "export_split",
     "get_split",
+    "import_split",
     "list_splits",
     "load_split",
     "parse_weights",

@@ -1,7 +1,8 @@
 """Splits in Cassandra: immutable versions, UUIDs packed 16 bytes each in 256 KiB chunks, the header row last.
 
 ``ringfeed.splits`` holds one header per (dataset, name, version): parameters, statistics, content hash, part
-sizes and the ``split_id`` its chunks are filed under in ``ringfeed.split_chunks``. Chunks are written first and
+sizes, the ``split_id`` its chunks are filed under in ``ringfeed.split_chunks`` and the ``dataset_id`` of the dataset
+it was made from: a split is loaded, and a split file imported, only into that same dataset. Chunks are written first and
 the header last with a lightweight transaction, so a reader never sees a partial split, and two writers racing
 for the same version cannot both win. A writer that dies before its header leaves only unreachable chunks.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.errors import RingfeedError
-from ringfeed.schema import CATALOG_KEYSPACE
+from ringfeed.schema import CATALOG_KEYSPACE, METADATA_BY_NAT
 from ringfeed.splits.engine import SplitResult, content_hash
 from ringfeed.splits.spec import SplitSpec
 
@@ -31,6 +32,10 @@ _SPLIT_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 
 class SplitNotFound(RingfeedError):
     pass
+
+
+class SplitDatasetMismatch(RingfeedError):
+    """A split (stored or in a file) that was not made from the dataset it is used with."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +52,8 @@ class StoredSplit:
     content_hash: str
     part_sizes: dict[str, int]
     chunk_rows: int = CHUNK_ROWS
+    dataset_id: uuid.UUID | None = None
+    """The identity of the dataset it was made from (None: made before datasets had one)."""
     parts: dict[str, np.ndarray] | None = None
 
     @property
@@ -64,24 +71,25 @@ class StoredSplit:
 def save_split(store, dataset: str, name: str, spec: SplitSpec, result: SplitResult) -> tuple[StoredSplit, bool]:
     """Store ``result`` as the next version of ``dataset/name``; returns (split, created). When the latest version
     has the same parameters and content, it is returned instead (created False), so re-running is harmless."""
-    store.schema(dataset)
+    dataset_id = store.dataset_id(dataset)
     _check_name(name)
-    if not store.catalog_has("splits"):  # a catalog made before splits existed
+    if not store.catalog_has("splits", "dataset_id"):  # a catalog made before splits, or identities, existed
         store.ensure_catalog()
     existing = list_splits(store, dataset, name)
     latest = existing[0] if existing else None
-    if latest and latest.content_hash == result.content_hash and latest.spec == spec:
+    if (latest and latest.content_hash == result.content_hash and latest.spec == spec
+            and latest.dataset_id == dataset_id):
         return latest, False
     version = latest.version + 1 if latest else 1
     split_id = uuid.uuid4()
     _write_chunks(store, split_id, result.parts)
     header = store.session.execute(
         f"INSERT INTO {CATALOG_KEYSPACE}.splits (dataset, name, version, split_id, created_at, spec_json, stats_json, "
-        "content_hash, parts, part_sizes, chunk_rows) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-        "IF NOT EXISTS",
+        "content_hash, parts, part_sizes, chunk_rows, dataset_id) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) IF NOT EXISTS",
         (dataset, name, version, split_id, dt.datetime.now(dt.timezone.utc), spec.to_json(),
          json.dumps(result.stats, sort_keys=True), result.content_hash, list(result.parts),
-         [len(u) for u in result.parts.values()], CHUNK_ROWS),
+         [len(u) for u in result.parts.values()], CHUNK_ROWS, dataset_id),
     ).one()
     if not header[0]:
         _delete_chunks(store, split_id, {part: len(u) for part, u in result.parts.items()}, CHUNK_ROWS)
@@ -94,7 +102,9 @@ def list_splits(store, dataset: str | None = None, name: str | None = None) -> l
     """Headers (no UUIDs), newest version first per name."""
     if not store.catalog_has("splits"):
         return []
-    query = f"SELECT {_HEADER_COLUMNS} FROM {CATALOG_KEYSPACE}.splits"
+    # A catalog made before dataset identities reads as splits that recorded none.
+    columns = _HEADER_COLUMNS + (", dataset_id" if store.catalog_has("splits", "dataset_id") else "")
+    query = f"SELECT {columns} FROM {CATALOG_KEYSPACE}.splits"
     if dataset is None:
         rows = store.session.execute(query)
     elif name is None:
@@ -121,8 +131,20 @@ def get_split(store, dataset: str, name: str, version: int | None = None) -> Sto
 
 
 def load_split(store, dataset: str, name: str, version: int | None = None, verify: bool = True) -> StoredSplit:
-    """A split with its UUIDs; ``verify`` recomputes the content hash."""
+    """A split with its UUIDs; ``verify`` recomputes the content hash. SplitDatasetMismatch when it was made from
+    another dataset of that name (dropped since)."""
     header = get_split(store, dataset, name, version)
+    dataset_id = store.dataset_id(dataset)
+    if header.dataset_id != dataset_id:
+        raise SplitDatasetMismatch(
+            f"split {dataset}/{name} v{header.version} was made from an earlier dataset named {dataset!r} (identity "
+            f"{header.dataset_id or 'not recorded'}, this one is {dataset_id}): delete it (`ringfeed split delete "
+            f"{dataset} {name}`) and create it again")
+    return _with_parts(store, header, verify)
+
+
+def _with_parts(store, header: StoredSplit, verify: bool) -> StoredSplit:
+    dataset, name = header.dataset, header.name
     keys = _chunk_keys(header.split_id, header.part_sizes, header.chunk_rows)
     blobs = _execute_all(store, f"SELECT uuids FROM {CATALOG_KEYSPACE}.split_chunks "
                                 "WHERE split_id = ? AND part = ? AND chunk = ?", keys)
@@ -157,13 +179,35 @@ def delete_split(store, dataset: str, name: str, version: int | None = None) -> 
     return [s.version for s in doomed]
 
 
+def adopt_splits(store, dataset: str, dataset_id: uuid.UUID, samples: np.ndarray
+                 ) -> tuple[list[StoredSplit], list[tuple[StoredSplit, str]]]:
+    """Record ``dataset_id`` in each split of ``dataset`` that recorded no identity and whose UUIDs are all among
+    ``samples``, each once (`ringfeed dataset migrate`); returns (adopted, [(refused, why)])."""
+    adopted, refused = [], []
+    for header in list_splits(store, dataset):
+        if header.dataset_id is not None:
+            continue
+        try:
+            problem = membership_problem(_with_parts(store, header, verify=True).parts, samples)
+        except RingfeedError as exc:
+            problem = str(exc)
+        if problem:
+            refused.append((header, problem))
+            continue
+        store.session.execute(f"UPDATE {CATALOG_KEYSPACE}.splits SET dataset_id = %s WHERE dataset = %s AND name = %s "
+                              "AND version = %s", (dataset_id, dataset, header.name, header.version))
+        adopted.append(header)
+    return adopted, refused
+
+
 # -- files ----------------------------------------------------------------------------------------------------------
 
 def export_split(split: StoredSplit, path: Path) -> Path:
     """Write a loaded split to ``.parquet`` (columns part, uuid) or ``.npz`` (one array per part), with its
     parameters, statistics and hash as metadata."""
     path = Path(path)
-    meta = json.dumps({"dataset": split.dataset, "name": split.name, "version": split.version,
+    meta = json.dumps({"dataset": split.dataset, "dataset_id": str(split.dataset_id), "name": split.name,
+                       "version": split.version,
                        "spec": split.spec.to_dict(), "stats": split.stats, "content_hash": split.content_hash,
                        "parts": list(split.parts)}, sort_keys=True).encode()
     if path.suffix == ".parquet":
@@ -217,6 +261,44 @@ def read_split_file(path: Path) -> tuple[dict, SplitResult]:
     return meta, result
 
 
+def import_split(store, dataset: str, path: Path, name: str | None = None) -> tuple[StoredSplit, bool]:
+    """Store the split in an exported file as the next version of ``name`` (default: its recorded name) of
+    ``dataset``, which must be the dataset it was made from (SplitDatasetMismatch otherwise); returns (split, created).
+
+    A file exported before datasets had an identity is checked by content instead: each of its UUIDs must be a
+    sample of ``dataset``, in one part only."""
+    meta, result = read_split_file(path)
+    dataset_id = store.dataset_id(dataset)
+    recorded = meta.get("dataset_id")
+    if recorded is None:
+        problem = membership_problem(result.parts, store.scan(dataset, METADATA_BY_NAT, ["uuid"])["uuid"])
+        if problem:
+            raise SplitDatasetMismatch(f"{path} records no dataset identity (an older export) and {problem}: "
+                                       f"it was not made from dataset {dataset!r}; create the split again there")
+    elif recorded != str(dataset_id):
+        raise SplitDatasetMismatch(f"{path} was made from dataset {meta['dataset']!r} (identity {recorded}), not from "
+                                   f"dataset {dataset!r} (identity {dataset_id}): import it into the dataset it was "
+                                   f"made from, or create the split again on {dataset!r}")
+    return save_split(store, dataset, name or meta["name"], SplitSpec.from_dict(meta["spec"]), result)
+
+
+def membership_problem(parts: dict[str, np.ndarray], samples: np.ndarray) -> str | None:
+    """Why ``parts`` cannot be a split of a dataset whose sample UUIDs are ``samples`` (both (n, 16) uint8), or None:
+    UUIDs that are no sample of it, or that appear more than once."""
+    listed = _as_keys(np.concatenate([np.asarray(u, dtype=np.uint8).reshape(-1, 16) for u in parts.values()]))
+    distinct = np.unique(listed)
+    foreign = np.count_nonzero(~np.isin(distinct, _as_keys(samples)))
+    repeated = len(listed) - len(distinct)
+    problems = ([f"{foreign:,} of its UUIDs are no sample of the dataset"] if foreign else []) + \
+               ([f"{repeated:,} of its UUIDs appear twice"] if repeated else [])
+    return " and ".join(problems) or None
+
+
+def _as_keys(uuids: np.ndarray) -> np.ndarray:
+    """(n, 16) uint8 as n comparable, sortable scalars."""
+    return np.ascontiguousarray(uuids).view(np.dtype((np.void, 16))).ravel()
+
+
 # -- internals ------------------------------------------------------------------------------------------------------
 
 _HEADER_COLUMNS = ("dataset, name, version, split_id, created_at, spec_json, stats_json, content_hash, parts, "
@@ -226,7 +308,8 @@ _HEADER_COLUMNS = ("dataset, name, version, split_id, created_at, spec_json, sta
 def _header(row) -> StoredSplit:
     return StoredSplit(dataset=row[0], name=row[1], version=row[2], split_id=row[3], created_at=row[4],
                        spec=SplitSpec.from_json(row[5]), stats=json.loads(row[6]), content_hash=row[7],
-                       part_sizes=dict(zip(row[8] or [], row[9] or [], strict=True)), chunk_rows=row[10])
+                       part_sizes=dict(zip(row[8] or [], row[9] or [], strict=True)), chunk_rows=row[10],
+                       dataset_id=row[11] if len(row) > 11 else None)
 
 
 def _check_name(name: str) -> None:

@@ -18,13 +18,14 @@ def slides_schema(**overrides):
     return DatasetSchema(**fields)
 
 
-def test_metadata_by_nat_is_partitioned_by_natural_keys_and_label():
+def test_metadata_by_nat_is_keyed_by_the_natural_keys_alone():
+    # The label is no part of a sample's identity: a relabelled sample is the same row, updated in place.
     ddl = slides_schema().ddl()
     assert ddl[0] == ("CREATE KEYSPACE IF NOT EXISTS slides WITH replication = "
                       "{'class': 'SimpleStrategy', 'replication_factor': 2}")
     assert ddl[1] == ("CREATE TABLE IF NOT EXISTS slides.metadata_by_nat (patient_id text, slide_num int, x int, y int, "
                       "scanner text, label int, uuid uuid, sample_bytes int, "
-                      "PRIMARY KEY ((patient_id, slide_num, x, y, label), uuid))")
+                      "PRIMARY KEY ((patient_id, slide_num, x, y)))")
 
 
 def test_data_by_uuid_skips_compression_for_images_only():
@@ -64,6 +65,14 @@ def test_json_round_trip():
 def test_catalog_ddl():
     assert catalog_ddl(3)[0].endswith("{'class': 'SimpleStrategy', 'replication_factor': 3}")
     assert "ringfeed.datasets" in catalog_ddl(1)[1]
+
+
+def test_catalog_records_dataset_identities_and_upgrades_an_older_catalog():
+    ddl = catalog_ddl(1)
+    assert "dataset_id uuid)" in ddl[1]
+    assert "dataset_id uuid," in ddl[2]
+    assert ddl[-2:] == ["ALTER TABLE ringfeed.datasets ADD IF NOT EXISTS dataset_id uuid",
+                        "ALTER TABLE ringfeed.splits ADD IF NOT EXISTS dataset_id uuid"]
 
 
 @pytest.mark.parametrize("build, message", [
@@ -126,6 +135,7 @@ def test_reserved_cql_keywords_are_refused():
 
 def test_partition_keys_per_table():
     schema = slides_schema()
-    assert schema.partition_key("metadata_by_nat") == ["patient_id", "slide_num", "x", "y", "label"]
+    assert schema.partition_key("metadata_by_nat") == ["patient_id", "slide_num", "x", "y"]
+    assert schema.partition_key("metadata_by_nat_migration") == ["patient_id", "slide_num", "x", "y"]
     assert schema.partition_key("data_by_uuid") == ["uuid"]
     assert schema.partition_key("metadata_by_uuid") == ["uuid"]
