@@ -27,7 +27,7 @@ def test_ingest_split_and_load_in_the_local_datacenter(cassandra_node, tmp_path)
     address = dataclasses.replace(cassandra_node.address, local_dc=LOCAL_DC)
     with Store(address) as store:
         if name in {d.schema.name for d in store.datasets()}:
-            store.drop_dataset(name)
+            store.drop_dataset(name, force=True)
         demo = make_demo_set(tmp_path, patients=2)
         store.create_dataset(DatasetSchema(
             name, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
@@ -41,7 +41,7 @@ def test_ingest_split_and_load_in_the_local_datacenter(cassandra_node, tmp_path)
                 start, end = blobs.spans[i]
                 delivered[uid.tobytes()] = bytes(blobs.data[start:end])
         assert summary.written > 0 and delivered == stored and len(stored) == summary.written
-        store.drop_dataset(name)
+        store.drop_dataset(name, force=True)
 
 
 def test_a_datacenter_without_nodes_is_refused_with_the_rings_datacenters(cassandra_node):

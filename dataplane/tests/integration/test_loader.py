@@ -37,7 +37,7 @@ def slides(module_store, tmp_path_factory):
     name = "loader_slides"
     store = module_store
     if name in {d.schema.name for d in store.datasets()}:  # left by an earlier run with RINGFEED_TEST_KEEP=1
-        store.drop_dataset(name)
+        store.drop_dataset(name, force=True)
     demo = make_demo_set(tmp_path_factory.mktemp("slides"), patients=8)
     store.create_dataset(DatasetSchema(
         name, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
@@ -63,7 +63,7 @@ def tensors(module_store, tmp_path_factory):
         writer.writeheader()
         writer.writerows(rows)
     if name in {d.schema.name for d in store.datasets()}:
-        store.drop_dataset(name)
+        store.drop_dataset(name, force=True)
     store.create_dataset(DatasetSchema(name, (Column("item", "int"),), Encoding("raw", "float32", (2, 3))))
     ingest(store, name, str(root / "manifest.csv"))
     create_split(store, name, "halves", SplitSpec(ratios=(2, 1), names=("train", "test"), seed=3))
@@ -333,7 +333,7 @@ def test_a_node_killed_mid_epoch_loses_and_duplicates_nothing(cassandra_ring, tm
     name = "loader_ring"
     with Store(cassandra_ring.address) as store:
         if name in {d.schema.name for d in store.datasets()}:
-            store.drop_dataset(name)
+            store.drop_dataset(name, force=True)
         demo = make_demo_set(tmp_path, patients=6)
         store.create_dataset(DatasetSchema(
             name, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),

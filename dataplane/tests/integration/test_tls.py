@@ -39,7 +39,7 @@ def test_ingest_split_and_load_over_tls(tls_address, tmp_path):
     with Store(tls_address) as store:
         assert store._cluster.ssl_context is not None
         if name in {d.schema.name for d in store.datasets()}:
-            store.drop_dataset(name)
+            store.drop_dataset(name, force=True)
         demo = make_demo_set(tmp_path, patients=4)
         store.create_dataset(DatasetSchema(
             name, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
@@ -56,7 +56,7 @@ def test_ingest_split_and_load_over_tls(tls_address, tmp_path):
                 assert bytes(blobs.data[start:end]) == stored[uid.tobytes()]
                 seen += 1
         assert seen == summary.written == len(stored)
-        store.drop_dataset(name)
+        store.drop_dataset(name, force=True)
 
 
 def test_a_certificate_from_another_ca_is_refused(cassandra_node, other_ca):

@@ -22,7 +22,7 @@ NAME = "torch_slides"
 def torch_store(cassandra_node, tmp_path_factory):
     with Store(cassandra_node.address) as store:
         if NAME in {d.schema.name for d in store.datasets()}:
-            store.drop_dataset(NAME)
+            store.drop_dataset(NAME, force=True)
         demo = make_demo_set(tmp_path_factory.mktemp("torch"), patients=6)
         store.create_dataset(DatasetSchema(
             NAME, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
