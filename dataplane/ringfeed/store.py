@@ -34,8 +34,6 @@ class DatasetHasSplits(RingfeedError):
 @dataclasses.dataclass
 class DatasetInfo:
     schema: DatasetSchema
-    dataset_id: uuid.UUID | None
-    """Made with the dataset and recorded by its splits; None for a dataset that needs `ringfeed dataset migrate`."""
     created_at: dt.datetime | None
     samples: int
     bytes: int
@@ -43,6 +41,8 @@ class DatasetInfo:
     label_bytes: dict[int, int]
     stats_updated_at: dt.datetime | None
     last_ingest: dict | None
+    dataset_id: uuid.UUID | None = None
+    """Made with the dataset and recorded by its splits; None for a dataset that needs `ringfeed dataset migrate`."""
 
 
 class Store:
