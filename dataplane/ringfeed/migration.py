@@ -66,7 +66,8 @@ def migrate_dataset(store: Store, name: str) -> MigrationSummary:
     if key is None:
         if not staged:
             raise RingfeedError(f"dataset {name!r}: table {schema.keyspace}.{METADATA_BY_NAT} is missing and there is "
-                                "no copy of it to restore; drop the dataset (`ringfeed dataset drop`) and create it again")
+                                "no copy of it to restore; drop the dataset (`ringfeed dataset drop`) and create it "
+                                "again")
         store.session.execute(schema.metadata_by_nat_ddl(METADATA_BY_NAT))
     if staged:
         staging = _scan(session, schema, MIGRATION_TABLE, schema.partition_key(MIGRATION_TABLE),

@@ -257,5 +257,6 @@ def catalog_ddl(replication_factor: int) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {CATALOG_KEYSPACE}.split_chunks (split_id uuid, part text, chunk int, "
         "uuids blob, PRIMARY KEY ((split_id, part, chunk)))",
         # A catalog made before dataset identities existed.
-        *(f"ALTER TABLE {CATALOG_KEYSPACE}.{table} ADD IF NOT EXISTS dataset_id uuid" for table in ("datasets", "splits")),
+        *(f"ALTER TABLE {CATALOG_KEYSPACE}.{table} ADD IF NOT EXISTS dataset_id uuid"
+          for table in ("datasets", "splits")),
     ]

@@ -275,9 +275,9 @@ _CATALOG_COLUMNS = ("name, keyspace_name, schema_json, created_at, samples, byte
 
 def _info_from_row(row) -> DatasetInfo:
     return DatasetInfo(
-        schema=DatasetSchema.from_json(row[2]), dataset_id=row[10] if len(row) > 10 else None, created_at=row[3], samples=row[4] or 0, bytes=row[5] or 0,
+        schema=DatasetSchema.from_json(row[2]), created_at=row[3], samples=row[4] or 0, bytes=row[5] or 0,
         label_counts=dict(row[6] or {}), label_bytes=dict(row[7] or {}), stats_updated_at=row[8],
-        last_ingest=json.loads(row[9]) if row[9] else None,
+        last_ingest=json.loads(row[9]) if row[9] else None, dataset_id=row[10] if len(row) > 10 else None,
     )
 
 

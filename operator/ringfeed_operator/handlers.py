@@ -21,7 +21,7 @@ from cassandra.cluster import NoHostAvailable
 
 from ringfeed.errors import DatasetNotFound, RingfeedError
 from ringfeed.splits.spec import SplitError
-from ringfeed.splits.storage import list_splits
+from ringfeed.splits.storage import SplitNotFound, get_split, list_splits
 
 from ringfeed_operator import kube, metrics
 from ringfeed_operator.conditions import Conditions, now_rfc3339
@@ -29,7 +29,7 @@ from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fin
                                         keyspace_claim, keyspace_owner, ring_keyspace, same_tables, stats_status)
 from ringfeed_operator.manifests import GROUP, LABEL_DATASET, VERSION, ingest_job, job_name, split_job
 from ringfeed_operator.rings import Rings, StorageNotSupported
-from ringfeed_operator.splits import split_arguments, split_spec, split_status
+from ringfeed_operator.splits import computed_message, split_arguments, split_readiness, split_spec, split_status
 
 DATASETS = (GROUP, VERSION, "datasets")
 SPLITS = (GROUP, VERSION, "splits")
@@ -37,6 +37,7 @@ SPLITS = (GROUP, VERSION, "splits")
 ANNOTATION_PREFIX = "operator.ringfeed.io"
 FINALIZER = "ringfeed.io/protect"
 POLL_S = 5.0  # how often Jobs and the catalog are looked at
+DATASET_CHECK_S = 30.0  # how often a computed Split checks that its Dataset and stored version are still there
 PERMANENT_REASONS = frozenset({"InvalidSpec", "StorageNotSupported", "SchemaMismatch"})
 # A ring that cannot answer: the data plane's errors and the Python driver's own.
 RING_ERRORS = (RingfeedError, DriverException, NoHostAvailable, OperationTimedOut)
@@ -325,7 +326,8 @@ def delete_dataset(name: str, namespace: str, spec: dict, status: dict, meta: di
                                    f"{owner[0]}/{owner[1]}, not dropped", warning=True)
         return
     try:
-        memo.rings.store(namespace, spec["storage"]).drop_dataset(catalog_name(name, spec))
+        # force: its stored splits go with it (the Split objects, the guard above, are gone already).
+        memo.rings.store(namespace, spec["storage"]).drop_dataset(catalog_name(name, spec), force=True)
     except DatasetNotFound:
         return
     except (kube.SecretNotFound, StorageNotSupported, *RING_ERRORS) as error:
@@ -427,11 +429,43 @@ def watch_split(name: str, namespace: str, spec: dict, status: dict, meta: dict,
                 patch.status.update(split_status(stored))
                 for part, samples in stored.part_sizes.items():
                     metrics.SPLIT_SAMPLES.labels(namespace, name, part).set(samples)
-                conditions.set("Ready", True, "Computed", f"version {stored.version}: {stored.samples:,} samples, "
-                                                          f"hash {stored.content_hash[:12]}")
+                conditions.set("Ready", True, "Computed", computed_message(stored))
                 _event(body, "SplitComputed", ", ".join(f"{p} {n:,}" for p, n in stored.part_sizes.items()))
     patch.status["conditions"] = conditions.as_list()
     patch.status["observedGeneration"] = generation
+
+
+def _split_computed(status, **_) -> bool:
+    return bool(status.get("contentHash"))
+
+
+@kopf.timer(*SPLITS, interval=DATASET_CHECK_S, initial_delay=DATASET_CHECK_S, when=_split_computed)
+@counted("Split")
+def watch_split_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict,
+                        memo: kopf.Memo, patch: kopf.Patch, **_) -> None:
+    """A computed Split is Ready only while its Dataset, and its stored version made from that dataset, exist."""
+    conditions = Conditions(status.get("conditions"), meta["generation"])
+    dataset = kube.read_object(namespace, "datasets", spec["dataset"])
+    on_ring = stored = None
+    if dataset is not None:
+        catalog = catalog_name(spec["dataset"], dataset["spec"])
+        try:
+            store = memo.rings.store(namespace, dataset["spec"]["storage"])
+        except (kube.SecretNotFound, StorageNotSupported, *RING_ERRORS):
+            return  # the Dataset reports why its ring cannot be reached; look again at the next tick
+        try:
+            on_ring = store.info(catalog)
+            stored = get_split(store, catalog, name, status["version"])
+        except (DatasetNotFound, SplitNotFound):
+            pass
+        except RING_ERRORS:
+            memo.rings.forget(store)
+            return
+    ready, reason, message = split_readiness(spec["dataset"], dataset is not None, on_ring, stored)
+    if not ready and conditions.reason("Ready") != reason:
+        _event(body, reason, message, warning=True)
+    conditions.set("Ready", ready, reason, message)
+    patch.status["conditions"] = conditions.as_list()
 
 
 @kopf.on.delete(*SPLITS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ringfeed.splits import SplitSpec
 from ringfeed.splits.spec import Filter, parse_scalar
 from ringfeed.splits.storage import StoredSplit
+from ringfeed.store import DatasetInfo
 
 
 def split_spec(spec: dict) -> SplitSpec:
@@ -57,3 +58,28 @@ def split_status(stored: StoredSplit) -> dict:
         "samples": stored.samples, "scanned": stats["scanned"], "selected": stats["selected"],
         "groups": stats["groups"], "parts": parts, "partNames": ",".join(p["name"] for p in parts),
     }
+
+
+def computed_message(stored: StoredSplit) -> str:
+    """The Ready message of a computed Split."""
+    return f"version {stored.version}: {stored.samples:,} samples, hash {stored.content_hash[:12]}"
+
+
+def split_readiness(dataset: str, dataset_exists: bool, on_ring: DatasetInfo | None,
+                    stored: StoredSplit | None) -> tuple[bool, str, str]:
+    """(ready, reason, message) of a computed Split from what is left of its Dataset: whether the object exists, the
+    dataset in the ring's catalog (None: not there) and the stored version the Split's status names (None: gone).
+    A split is loaded only into the dataset it was made from, so a Dataset dropped, or dropped and created again,
+    leaves the Split not Ready."""
+    if not dataset_exists:
+        return False, "DatasetNotFound", (f"Dataset {dataset} no longer exists, so this split cannot be loaded: delete "
+                                          "this Split, or create the Dataset again if its tables were retained")
+    if on_ring is not None and on_ring.dataset_id is None:
+        return False, "DatasetNeedsMigration", (f"Dataset {dataset}'s tables were written by an earlier Ringfeed and "
+                                                "must be migrated before this split is loaded (docs/datasets.md, "
+                                                "Migrating a dataset)")
+    if stored is None or on_ring is None or stored.dataset_id != on_ring.dataset_id:
+        return False, "DatasetReplaced", (f"Dataset {dataset}'s data on the ring was dropped or made again since this "
+                                          "split was computed, and the split went with it: delete this Split and "
+                                          "create it again")
+    return True, "Computed", computed_message(stored)

@@ -59,8 +59,8 @@ def dataset_create(ctx, name, keys, metadata, encoding, dtype, shape, label_name
 
 @dataset.command("drop")
 @click.argument("name")
-@click.option("--keep-tables", is_flag=True, help="Only forget the catalog entry and splits; keep keyspace and tables.")
-@click.option("--force", is_flag=True, help="Also drop the dataset's splits (without it, a dataset with splits is kept).")
+@click.option("--keep-tables", is_flag=True, help="Keep keyspace and tables; forget the catalog entry (and splits).")
+@click.option("--force", is_flag=True, help="Also drop the dataset's splits (without it, one with splits is kept).")
 @click.confirmation_option(prompt="Drop the dataset and its samples?")
 @click.pass_context
 def dataset_drop(ctx, name, keep_tables, force):

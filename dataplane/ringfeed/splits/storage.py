@@ -2,9 +2,9 @@
 
 ``ringfeed.splits`` holds one header per (dataset, name, version): parameters, statistics, content hash, part
 sizes, the ``split_id`` its chunks are filed under in ``ringfeed.split_chunks`` and the ``dataset_id`` of the dataset
-it was made from: a split is loaded, and a split file imported, only into that same dataset. Chunks are written first and
-the header last with a lightweight transaction, so a reader never sees a partial split, and two writers racing
-for the same version cannot both win. A writer that dies before its header leaves only unreachable chunks.
+it was made from: a split is loaded, and a split file imported, only into that same dataset. Chunks are written
+first and the header last with a lightweight transaction, so a reader never sees a partial split, and two writers
+racing for the same version cannot both win. A writer that dies before its header leaves only unreachable chunks.
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ def test_drop_refuses_a_dataset_with_splits_unless_forced(cassandra_node, store,
     store.create_dataset(demo_schema(dataset_name))
     ingest(store, dataset_name, str(demo.manifest))
     stored, _ = create_split(store, dataset_name, "by-patient", SPECS["by-patient"])
-    with pytest.raises(DatasetHasSplits, match=rf"has splits \(by-patient\): delete them first .* --force"):
+    with pytest.raises(DatasetHasSplits, match=r"has splits \(by-patient\): delete them first .* --force"):
         store.drop_dataset(dataset_name)
     assert store.count_rows(dataset_name, "data_by_uuid") == demo.images
 
