@@ -39,10 +39,10 @@ $(VENV)/.installed: dataplane/pyproject.toml operator/pyproject.toml $(NATIVE_SO
 	$(PY) -c "from ringfeed.local import ensure_cassandra_jars; print('Cassandra jars:', ensure_cassandra_jars())"
 	@touch $@
 
-k8s-binaries: ## Build etcd, Kubernetes v1.33 (with kubectl), helm and kwok from the Go module proxy into .cache/k8s
+k8s-binaries: ## Build etcd, Kubernetes v1.33 (kubectl, kube-proxy), CoreDNS, helm and kwok from the Go module proxy
 	@e2e/cluster/build-binaries.sh
 
-node-packages: ## Debian packages of the local node and image builds: containerd, runc, CNI plugins, debootstrap, buildah
+node-packages: ## Debian packages of the local node and image builds: containerd, runc, CNI plugins, nftables, buildah
 	@e2e/cluster/install-packages.sh
 
 wheels: deps ## Wheelhouse of ringfeed + ringfeed-operator + dependencies: the images' build context (.cache/images/wheels)
@@ -68,24 +68,43 @@ local-up: deps ## Start the local ring (NODES=1)
 local-down: ## Stop the local ring
 	@test -x $(RINGFEED) && $(RINGFEED) local down || true
 
-##@ Local Kubernetes cluster (single node on loopback: etcd, control plane, kubelet, containerd)
+##@ Local Kubernetes cluster (one node with a Pod network, kube-proxy and DNS, in its own network namespace)
 
-cluster-up: k8s-binaries node-packages images ## Start a fresh local cluster; KUBECONFIG=.state/cluster/kubeconfig
+cluster-up: k8s-binaries node-packages images ## Start a fresh local cluster in network namespace ringfeed-cluster
 	@e2e/cluster/cluster.sh up
 
-cluster-down: ## Stop the local cluster by PID, unmount, remove its cgroups (images are kept)
+cluster-down: ## Stop the local cluster by PID, unmount, remove its cgroups and network namespace (images are kept)
 	@e2e/cluster/cluster.sh down
 
 cluster-status: ## What runs, the node, every Pod, the imported images
 	@e2e/cluster/cluster.sh status
 
+cluster-shell: ## A shell inside the cluster's network: kubectl, helm, Pod IPs, ClusterIPs (or: cluster.sh exec CMD)
+	@e2e/cluster/cluster.sh exec bash
+
+kind-up: wheels k8s-binaries ## (machines with Docker) A kind cluster from e2e/kind.yaml with the project's images loaded
+	docker build -f images/dataplane/Dockerfile -t localhost/ringfeed/dataplane:0.1.0 .cache/images/wheels
+	docker build -f images/operator/Dockerfile -t localhost/ringfeed/operator:0.1.0 .cache/images/wheels
+	kind create cluster --config e2e/kind.yaml
+	kind load docker-image --name ringfeed localhost/ringfeed/dataplane:0.1.0 localhost/ringfeed/operator:0.1.0
+	@mkdir -p .state/kind && kind get kubeconfig --name ringfeed > .state/kind/kubeconfig
+	@echo "RINGFEED_TEST_CLUSTER=kubeconfig KUBECONFIG=$(CURDIR)/.state/kind/kubeconfig RINGFEED_E2E_RING_PREFIX=<host address on kind's network minus its last number> $(PY) -m pytest e2e/tests"
+
 ##@ Test
 
 test: deps k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
-	$(PY) -m pytest dataplane/tests operator/tests e2e/tests
+	$(PY) -m pytest dataplane/tests operator/tests
+	$(MAKE) --no-print-directory test-e2e
 
-test-unit: deps ## Unit tests only (no servers)
+test-unit: deps ## Unit tests only (no servers, seconds)
 	$(PY) -m pytest dataplane/tests/unit operator/tests
+
+test-integration: deps ## Data-plane tests against real Cassandra nodes on loopback
+	$(PY) -m pytest dataplane/tests/integration
+
+test-e2e: deps k8s-binaries images ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
+	$(PY) -m pytest e2e/host
+	e2e/cluster/cluster.sh run $(PY) -m pytest e2e/tests
 
 ##@ Benchmarks
 
@@ -103,4 +122,4 @@ bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorith
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target .cache/images
 
-.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status demo local-up local-down test test-unit bench-ingest bench-loader bench-split clean
+.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down test test-unit test-integration test-e2e bench-ingest bench-loader bench-split clean

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries from the Go module proxy (no release downloads are reachable here):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, helm and kwok.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl, CoreDNS, helm and kwok.
 #
 # Output: $RINGFEED_CACHE/k8s/<key>/bin, where <key> hashes the pinned wrapper modules and this script, and a
 # symlink $RINGFEED_CACHE/k8s/bin pointing at it. A key that is already built is reused at once; changing a pinned
 # version (a go.mod/go.sum under gomod/) changes the key and builds anew.
-# Costs measured on 2 cores: ~10 min cold for the Kubernetes binaries (GOCACHE grows by ~4 GB), seconds when warm.
+# Costs measured on 2 cores: ~10 min cold for the Kubernetes binaries (GOCACHE grows by ~4 GB), ~2 min for CoreDNS,
+# seconds when warm.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,12 +14,12 @@ cache=${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s
 # shellcheck source=versions.env
 source "$here/versions.env"
 
-key=$(cd "$here" && cat build-binaries.sh versions.env gomod/*/go.mod gomod/*/go.sum gomod/etcd/main.go \
+key=$(cd "$here" && cat build-binaries.sh versions.env gomod/*/go.mod gomod/*/go.sum gomod/*/main.go \
       | sha256sum | cut -c1-16)
 out=$cache/$key
 if [[ -f $out/.complete ]]; then
     ln -sfn "$key/bin" "$cache/bin"
-    echo "k8s binaries: reusing $out/bin (Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, helm v$HELM_VERSION, kwok v$KWOK_VERSION)"
+    echo "k8s binaries: reusing $out/bin (Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, CoreDNS v$COREDNS_VERSION, helm v$HELM_VERSION, kwok v$KWOK_VERSION)"
     exit 0
 fi
 
@@ -44,10 +45,13 @@ step "helm v$HELM_VERSION"
     helm.sh/helm/v3/cmd/helm)
 step "kwok v$KWOK_VERSION"
 (cd "$here/gomod/kwok" && go build -trimpath -o "$out/bin/kwok" sigs.k8s.io/kwok/cmd/kwok)
-step "Kubernetes v$K8S_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl (cold: ~10 min)"
+step "CoreDNS v$COREDNS_VERSION (cluster-DNS plugins only)"
+(cd "$here/gomod/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/bin/coredns" .)
+step "Kubernetes v$K8S_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl (cold: ~10 min)"
 (cd "$here/gomod/k8s" && go build -trimpath -ldflags "$ldflags" -o "$out/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
+    k8s.io/kubernetes/cmd/kubectl)
 
 touch "$out/.complete"
 ln -sfn "$key/bin" "$cache/bin"

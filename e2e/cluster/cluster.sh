@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# The local single-node Kubernetes cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
-# and containerd, all on loopback, all started and stopped by PID.
+# The local single-node Kubernetes cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# containerd, kube-proxy and CoreDNS, all started and stopped by PID inside a private network namespace ($NETNS)
+# with a real Pod network: bridge cni0 (10.244.0.1/24 = node IP = Pods' gateway) + host-local IPAM, Services through
+# kube-proxy (nftables mode, rules of the namespace only), cluster DNS for *.cluster.local. Nothing is added to the
+# host's network namespace; deleting $NETNS deletes every link, route and rule the cluster made.
 #
 #   cluster.sh up        start a fresh cluster (new etcd, PKI kept) and wait until the node is Ready
-#   cluster.sh down      stop everything by PID, unmount, remove cgroups and host leftovers (images are kept)
+#   cluster.sh down      stop everything by PID, unmount, remove cgroups, delete the network namespace (images kept)
 #   cluster.sh status    what runs, node and Pods
 #   cluster.sh clean     down, then remove all cluster state including imported images
 #   cluster.sh import    import the image archives of `make images` into the node's containerd
+#   cluster.sh exec CMD  run CMD inside the cluster's network (KUBECONFIG and kubectl/helm on PATH): Pod IPs,
+#                        ClusterIPs and the apiserver on 127.0.0.1:26443 are reachable from there
+#   cluster.sh run CMD   like exec, creating the network namespace first if needed (and deleting it afterwards
+#                        when it made it and no cluster is left running): how `make test-e2e` runs pytest
 #
 # State lives in $RINGFEED_CLUSTER_DIR (default .state/cluster): pki/, kubeconfig, logs/, run/*.pid, containerd/.
-# Binaries come from `make k8s-binaries` ($RINGFEED_CACHE/k8s/bin), containerd/runc from Debian (install-packages.sh).
-# Sandbox-specific settings live in etc/containerd.toml and etc/kubelet-config.yaml, marked SANDBOX.
+# Binaries come from `make k8s-binaries` ($RINGFEED_CACHE/k8s/bin), containerd/runc/CNI from Debian
+# (install-packages.sh). Sandbox-specific settings live in etc/containerd.toml and etc/kubelet-config.yaml (SANDBOX).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +26,35 @@ bin=${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s/bin
 node=$(hostname)
 apiserver=https://127.0.0.1:26443
 export KUBECONFIG=$state/kubeconfig
+NETNS=${RINGFEED_NETNS:-ringfeed-cluster}
+node_ip=10.244.0.1           # cni0's address: the node IP, the Pods' gateway, where CoreDNS and the apiserver answer
+service_cidr=10.0.0.0/24
+
+in_netns() { [[ $(ip netns identify $$ 2>/dev/null) == "$NETNS" ]]; }
+netns_exists() { [[ -e /run/netns/$NETNS ]]; }
+# Enter only the network namespace: `ip netns exec` also makes a mount namespace and remounts /sys, which hides the
+# cgroup hierarchies under /sys/fs/cgroup (the kubelet then fails with "failed to find cgroup mounts").
+enter() { nsenter --net="/run/netns/$NETNS" -- "$@"; }
+
+netns_up() { # the namespace, its loopback and the bridge with the node IP; forwarding on inside it only
+    netns_exists && return 0
+    ip netns add "$NETNS"
+    local inn=(ip netns exec "$NETNS")
+    "${inn[@]}" ip link set lo up
+    # The CNI bridge plugin would make cni0 at the first Pod; the kubelet needs its node IP on a link before that.
+    "${inn[@]}" ip link add cni0 type bridge
+    "${inn[@]}" ip addr add "$node_ip/24" dev cni0
+    "${inn[@]}" ip link set cni0 up
+    # No default route: nothing outside exists. Processes of the namespace itself (tests, kubectl, an operator run
+    # by hand) reach ClusterIPs through cni0, where kube-proxy translates them to Pod IPs.
+    "${inn[@]}" ip route add "$service_cidr" dev cni0 src "$node_ip"
+    # Per-namespace settings (the host's stay as they are): Pod -> ClusterIP -> Pod is forwarded, and traffic
+    # bridged between two Pods passes kube-proxy's rules.
+    "${inn[@]}" sysctl -qw net.ipv4.ip_forward=1
+    "${inn[@]}" sysctl -qw net.bridge.bridge-nf-call-iptables=1
+}
+
+netns_down() { ip netns del "$NETNS" 2>/dev/null || true; }
 
 ctr_() { ctr --address "$state/containerd/containerd.sock" -n k8s.io "$@"; }
 kubectl_() { "$bin/kubectl" --kubeconfig "$state/kubeconfig" "$@"; }
@@ -37,7 +73,8 @@ start() { # name, command… — runs in the background, PID into run/<name>.pid
 }
 
 preflight() {
-    [[ -x $bin/kube-apiserver && -x $bin/kubectl ]] || { echo "error: no cluster binaries in $bin; run: make k8s-binaries" >&2; exit 1; }
+    [[ -x $bin/kube-apiserver && -x $bin/kube-proxy && -x $bin/coredns ]] || { echo "error: no cluster binaries in $bin; run: make k8s-binaries" >&2; exit 1; }
+    in_netns || { echo "error: not inside network namespace $NETNS (use: cluster.sh up)" >&2; exit 1; }
     command -v containerd >/dev/null || { echo "error: containerd missing; run: e2e/cluster/install-packages.sh" >&2; exit 1; }
     [[ $(id -u) -eq 0 ]] || { echo "error: the node needs root (containerd, runc, mounts)" >&2; exit 1; }
     # The apiserver reaches the kubelet by the node's host name, which must resolve to loopback.
@@ -53,7 +90,8 @@ preflight() {
 }
 
 make_pki() { # once per state folder: CA, apiserver and kubelet-client certificates, service-account key, tokens
-    [[ -f $state/pki/.complete ]] && return 0
+    # (a state folder made before kube-proxy and CoreDNS joined gets new certificates and tokens)
+    [[ -f $state/pki/.complete && -f $state/coredns.kubeconfig ]] && return 0
     local p=$state/pki
     rm -rf "$p" && mkdir -p "$p" && chmod 700 "$p"
     openssl genrsa -out "$p/ca.key" 2048 2>/dev/null
@@ -67,18 +105,21 @@ make_pki() { # once per state folder: CA, apiserver and kubelet-client certifica
             -extfile "$p/$1.ext" -out "$p/$1.crt" 2>/dev/null
     }
     cert apiserver "/CN=kube-apiserver" serverAuth \
-        "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+        "IP:127.0.0.1,IP:10.0.0.1,IP:$node_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
     cert kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
     openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
     openssl rsa -in "$p/sa.key" -pubout -out "$p/sa.pub" 2>/dev/null
     token() { openssl rand -hex 16; }
-    local admin kcm sched kubelet
-    admin=$(token) kcm=$(token) sched=$(token) kubelet=$(token)
+    local admin kcm sched kubelet proxy dns
+    admin=$(token) kcm=$(token) sched=$(token) kubelet=$(token) proxy=$(token) dns=$(token)
+    # kube-proxy is bound to system:node-proxier by the default RBAC; CoreDNS gets etc/cluster-dns.yaml's role.
     cat >"$p/tokens.csv" <<EOF
 $admin,admin,admin,"system:masters"
 $kcm,system:kube-controller-manager,kcm
 $sched,system:kube-scheduler,sched
 $kubelet,system:node:$node,system:node:$node,"system:nodes"
+$proxy,system:kube-proxy,kube-proxy
+$dns,system:coredns,coredns
 EOF
     kubeconfig() { # file, user, token
         local f=$state/$1
@@ -94,19 +135,27 @@ EOF
     kubeconfig kcm.kubeconfig system:kube-controller-manager "$kcm"
     kubeconfig scheduler.kubeconfig system:kube-scheduler "$sched"
     kubeconfig kubelet.kubeconfig "system:node:$node" "$kubelet"
+    kubeconfig kube-proxy.kubeconfig system:kube-proxy "$proxy"
+    kubeconfig coredns.kubeconfig system:coredns "$dns"
     touch "$p/.complete"
 }
 
 render_config() {
-    mkdir -p "$state/etc" "$state/cni-bin"
-    for f in containerd.toml kubelet-config.yaml; do
-        sed -e "s#@STATE@#$state#g" -e "s#@RINGFEED_CLUSTER@#$here#g" "$here/etc/$f" >"$state/etc/$f"
+    mkdir -p "$state/etc/cni" "$state/cni-bin" "$state/run"
+    local f
+    for f in containerd.toml kubelet-config.yaml cni/10-ringfeed-bridge.conflist; do
+        sed -e "s#@STATE@#$state#g" "$here/etc/$f" >"$state/etc/$f"
     done
-    ln -sfn /usr/lib/cni/loopback "$state/cni-bin/loopback"
-    ln -sfn "$here/etc/cni-bin/pod-loopback-ip" "$state/cni-bin/pod-loopback-ip"
+    sed -e "s#@STATE@#$state#g" -e "s#@NODE_IP@#$node_ip#g" "$here/etc/Corefile" >"$state/etc/Corefile"
+    for f in bridge host-local loopback; do ln -sfn "/usr/lib/cni/$f" "$state/cni-bin/$f"; done
 }
 
 up() {
+    if ! in_netns; then  # from the host: make the namespace, then do the rest inside it
+        netns_up
+        enter "$0" up
+        return
+    fi
     preflight
     local t0 t
     t0=$(date +%s%N)
@@ -114,10 +163,10 @@ up() {
     make_pki
     render_config
     # A fresh cluster each time: API objects and kubelet state go, imported images stay in containerd's store.
-    rm -rf "$state/etcd" "$state/kubelet" "$state/pod-logs" "$state/run/cni"
+    rm -rf "$state/etcd" "$state/kubelet" "$state/pod-logs" "$state/run/ipam"
 
     t=$(date +%s%N)
-    RINGFEED_CNI_STATE=$state/run/cni start containerd /usr/bin/containerd --config "$state/etc/containerd.toml"
+    start containerd /usr/bin/containerd --config "$state/etc/containerd.toml"
     wait_for containerd 100 ctr_ version || { tail -20 "$state/logs/containerd.log"; exit 1; }
     import_images
     echo "containerd        $(ms_since "$t") ms"
@@ -131,7 +180,7 @@ up() {
     wait_for etcd 100 curl -sf http://127.0.0.1:23790/health || { tail -20 "$state/logs/etcd.log"; exit 1; }
     local p=$state/pki
     start apiserver "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:23790 \
-        --bind-address=127.0.0.1 --secure-port=26443 --advertise-address=127.0.0.1 \
+        --bind-address=0.0.0.0 --secure-port=26443 --advertise-address="$node_ip" \
         --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
         --client-ca-file="$p/ca.crt" --token-auth-file="$p/tokens.csv" \
         --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
@@ -139,7 +188,9 @@ up() {
         --kubelet-preferred-address-types=Hostname,InternalIP \
         --service-account-issuer=https://kubernetes.default.svc.cluster.local \
         --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
-        --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true --endpoint-reconciler-type=none
+        --service-cluster-ip-range="$service_cidr" --allow-privileged=true
+    # 0.0.0.0 is lo + cni0 of the cluster's namespace; the lease reconciler publishes $node_ip:26443 behind Service
+    # kubernetes (10.0.0.1:443), so in-cluster clients need no KUBERNETES_SERVICE_* override.
     wait_for kube-apiserver 600 kubectl_ get --raw /readyz || { tail -20 "$state/logs/apiserver.log"; exit 1; }
     start controller-manager "$bin/kube-controller-manager" --kubeconfig="$state/kcm.kubeconfig" \
         --authentication-kubeconfig="$state/kcm.kubeconfig" --authorization-kubeconfig="$state/kcm.kubeconfig" \
@@ -156,7 +207,7 @@ up() {
     # The no-iptables stubs come first on PATH: belt and braces on top of makeIPTablesUtilChains: false.
     PATH=$here/etc/no-iptables:$PATH start kubelet "$bin/kubelet" --config="$state/etc/kubelet-config.yaml" \
         --kubeconfig="$state/kubelet.kubeconfig" --root-dir="$state/kubelet" --cert-dir="$state/kubelet/pki" \
-        --hostname-override="$node" --v=1
+        --hostname-override="$node" --node-ip="$node_ip" --v=1
     node_ready() {
         [[ $(kubectl_ get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
     }
@@ -164,6 +215,19 @@ up() {
     # Pods are admitted only once the controller-manager has made the namespace's default ServiceAccount.
     wait_for "default ServiceAccount" 300 kubectl_ get serviceaccount default || exit 1
     echo "kubelet → Ready   $(ms_since "$t") ms"
+
+    t=$(date +%s%N)
+    # Conntrack sizes are left alone (0): they are global sysctls of the kernel, as kind does for a kube-proxy in a
+    # network namespace.
+    start kube-proxy "$bin/kube-proxy" --kubeconfig="$state/kube-proxy.kubeconfig" --hostname-override="$node" \
+        --proxy-mode=nftables --cluster-cidr=10.244.0.0/16 --bind-address="$node_ip" \
+        --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 \
+        --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 --v=1
+    kubectl_ apply -f "$here/etc/cluster-dns.yaml" >/dev/null
+    start coredns "$bin/coredns" -conf "$state/etc/Corefile"
+    wait_for coredns 300 curl -sf http://127.0.0.1:8181/ready || { tail -20 "$state/logs/coredns.log"; exit 1; }
+    wait_for kube-proxy 300 curl -sf http://127.0.0.1:10256/healthz || { tail -20 "$state/logs/kube-proxy.log"; exit 1; }
+    echo "kube-proxy + DNS  $(ms_since "$t") ms"
     echo "cluster up in $(ms_since "$t0") ms; export KUBECONFIG=$state/kubeconfig"
 }
 
@@ -193,15 +257,22 @@ stop() { # name: SIGTERM, up to 10 s, then SIGKILL
 }
 
 down() {
+    if ! in_netns; then  # from the host: stop the cluster inside its namespace, then delete the namespace
+        if netns_exists; then enter "$0" down; fi
+        netns_down
+        return
+    fi
     [[ -d $state ]] || return 0
     # Controllers first, so nothing recreates the Pods; then the kubelet tears them down cleanly (it unmounts
     # their emptyDir and projected volumes).
     stop controller-manager
     stop scheduler
+    stop coredns
     if alive kubelet && alive apiserver; then
         kubectl_ delete pods --all --all-namespaces --grace-period=1 --wait=true --timeout=30s >/dev/null 2>&1 || true
     fi
     stop kubelet
+    stop kube-proxy  # its nftables rules live in the namespace and go with it
     if alive containerd; then
         local id
         for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s KILL "$id" >/dev/null 2>&1 || true; done
@@ -226,7 +297,8 @@ down() {
         [[ -d $h/kubepods ]] && find "$h/kubepods" -depth -type d -exec rmdir {} \; 2>/dev/null || true
     done
     # Host paths the kubelet and containerd write whatever their configured roots.
-    rm -rf /var/lib/kubelet/device-plugins /var/lib/kubelet/pki /var/lib/cni/results /var/lib/cni/networks /run/containerd
+    rm -rf /var/lib/kubelet/device-plugins /var/lib/kubelet/pki /var/lib/cni/results /var/lib/cni/networks /run/containerd \
+        "$state/run/ipam"
     rmdir /var/lib/kubelet /var/lib/cni 2>/dev/null || true
     rm -f /var/log/containers/*.log && rmdir /var/log/containers 2>/dev/null || true
     if ls -d /sys/fs/cgroup/*/kubepods >/dev/null 2>&1; then echo "warning: kubepods cgroups left behind" >&2; fi
@@ -235,14 +307,14 @@ down() {
 
 status() {
     local name
-    for name in containerd etcd apiserver controller-manager scheduler kubelet; do
+    for name in containerd etcd apiserver controller-manager scheduler kubelet kube-proxy coredns; do
         if alive "$name"; then printf '%-20s running (pid %s)\n' "$name" "$(cat "$state/run/$name.pid")"
         else printf '%-20s stopped\n' "$name"; fi
     done
-    if alive apiserver; then
-        echo; kubectl_ get nodes -o wide
-        echo; kubectl_ get pods --all-namespaces
-        echo; echo "export KUBECONFIG=$state/kubeconfig"
+    if alive apiserver && netns_exists; then
+        echo; enter "$bin/kubectl" --kubeconfig "$state/kubeconfig" get nodes -o wide
+        echo; enter "$bin/kubectl" --kubeconfig "$state/kubeconfig" get pods --all-namespaces -o wide
+        echo; echo "enter its network: e2e/cluster/cluster.sh exec bash   (or: make cluster-shell)"
     fi
     if alive containerd; then echo; ctr_ images ls -q | grep -v '^sha256:'; fi
 }
@@ -253,6 +325,22 @@ clean() {
     echo "cluster state removed"
 }
 
+exec_in() { # CMD…: inside the namespace, with the cluster's kubeconfig and tools
+    netns_exists || { echo "error: no cluster network namespace $NETNS; run: make cluster-up" >&2; exit 1; }
+    enter env KUBECONFIG="$state/kubeconfig" PATH="$bin:$PATH" "$@"
+}
+
+run_in() { # CMD…: like exec_in, making the namespace for the command when there is none
+    local made=0 rc=0
+    netns_exists || { netns_up; made=1; }
+    exec_in "$@" || rc=$?
+    if ((made)); then
+        if alive apiserver; then echo "note: a cluster still runs in $NETNS (make cluster-down stops it)"
+        else netns_down; fi
+    fi
+    return $rc
+}
+
 case "${1:-}" in
     up) up ;;
     down) down ;;
@@ -260,5 +348,7 @@ case "${1:-}" in
     clean) clean ;;
     import) import_images ;;
     import-if-running) if alive containerd; then import_images; fi ;;
-    *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    exec) shift; exec_in "$@" ;;
+    run) shift; run_in "$@" ;;
+    *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,8 +1,12 @@
-"""Fixtures for tests on the real local Kubernetes cluster (e2e/cluster/cluster.sh).
+"""Fixtures for tests on a real Kubernetes cluster.
 
-`cluster` (session): starts the cluster for the session and stops it at the end; with RINGFEED_TEST_CLUSTER=reuse a
-cluster already running from .state/cluster is used as it is (and left running). RINGFEED_TEST_KEEP=1 leaves a
-started cluster running. Images come from `make images` (imported at cluster start).
+`cluster` (session), by RINGFEED_TEST_CLUSTER:
+- unset: starts the local cluster (e2e/cluster/cluster.sh) for the session and stops it at the end
+  (RINGFEED_TEST_KEEP=1 leaves it running). The tests run inside its network namespace: `make test-e2e`, or
+  `e2e/cluster/cluster.sh run .venv/bin/python -m pytest e2e/tests`.
+- `reuse`: the local cluster already running from .state/cluster (`make cluster-up`), left running.
+- `kubeconfig`: any cluster named by $KUBECONFIG (kind: `make kind-up`), with the images already loaded.
+Images come from `make images` (imported into the local cluster at its start).
 `namespace` (function): a fresh namespace per test, deleted afterwards; when the test fails, pod logs, events and
 every object's YAML are written to artifacts/<test>/ first.
 """
@@ -22,8 +26,9 @@ from kubecluster import CACHE, REPO, STATE, Cluster
 
 CLUSTER_SCRIPT = REPO / "e2e" / "cluster" / "cluster.sh"
 ARTIFACTS = Path(os.environ.get("RINGFEED_ARTIFACTS", REPO / "artifacts"))
-REUSE = os.environ.get("RINGFEED_TEST_CLUSTER") == "reuse"
+MODE = os.environ.get("RINGFEED_TEST_CLUSTER", "local")
 KEEP = os.environ.get("RINGFEED_TEST_KEEP") == "1"
+NETNS = os.environ.get("RINGFEED_NETNS", "ringfeed-cluster")
 
 
 def _cluster_script(command: str) -> None:
@@ -33,13 +38,27 @@ def _cluster_script(command: str) -> None:
         raise RuntimeError(f"cluster.sh {command} failed:\n{result.stdout}\n{result.stderr}")
 
 
+def _inside_cluster_network() -> bool:
+    result = subprocess.run(["ip", "netns", "identify", str(os.getpid())], capture_output=True, text=True)
+    return result.stdout.strip() == NETNS
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
+    if MODE == "kubeconfig":
+        if not os.environ.get("KUBECONFIG"):
+            pytest.fail("RINGFEED_TEST_CLUSTER=kubeconfig needs KUBECONFIG naming the cluster to test")
+        yield Cluster(Path(os.environ["KUBECONFIG"]))
+        return
+    if MODE not in ("local", "reuse"):
+        pytest.fail(f"RINGFEED_TEST_CLUSTER={MODE!r}: expected unset (local), 'reuse' or 'kubeconfig'")
+    if not _inside_cluster_network():
+        pytest.fail(f"the e2e tests run inside the local cluster's network namespace {NETNS}: "
+                    "make test-e2e, or e2e/cluster/cluster.sh run .venv/bin/python -m pytest e2e/tests")
     kubeconfig = STATE / "kubeconfig"
-    if REUSE:
+    if MODE == "reuse":
         if not kubeconfig.exists():
-            pytest.fail("RINGFEED_TEST_CLUSTER=reuse but no cluster state in "
-                        f"{STATE}; run: make cluster-up")
+            pytest.fail(f"RINGFEED_TEST_CLUSTER=reuse but no cluster state in {STATE}; run: make cluster-up")
         yield Cluster(kubeconfig)
         return
     _cluster_script("up")

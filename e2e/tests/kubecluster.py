@@ -14,6 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("RINGFEED_CLUSTER_DIR", REPO / ".state" / "cluster"))
 CACHE = Path(os.environ.get("RINGFEED_CACHE", REPO / ".cache"))
 IMAGE_VERSION = "0.1.0"
+# Node i of the tests' Cassandra ring (a ring outside the cluster) listens on PREFIX + i: an address of this machine
+# that the cluster's Pods reach. Default: the local cluster's node IP, 10.244.0.1, on its bridge.
+RING_ADDRESS_PREFIX = os.environ.get("RINGFEED_E2E_RING_PREFIX", "10.244.0.")
 
 
 class Cluster:

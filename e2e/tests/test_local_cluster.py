@@ -1,4 +1,7 @@
-"""Smoke tests of the local cluster: real Pods of the project's images on the real kubelet and containerd."""
+"""Smoke tests of the cluster: real Pods of the project's images on the real kubelet and containerd, and a real Pod
+network (Pod IPs, Services through kube-proxy, cluster DNS, the apiserver through Service `kubernetes`).
+
+The tests run in the cluster's network (e2e/cluster/cluster.sh run), so they reach Pod IPs themselves too."""
 
 from __future__ import annotations
 
@@ -11,9 +14,9 @@ from kubecluster import Cluster
 SMOKE_CHART = Path(__file__).parent / "charts" / "smoke"
 
 
-def pod_spec(containers: list[client.V1Container], host_network: bool = True, **kwargs) -> client.V1PodSpec:
+def pod_spec(containers: list[client.V1Container], **kwargs) -> client.V1PodSpec:
     return client.V1PodSpec(
-        containers=containers, host_network=host_network, restart_policy="Never", termination_grace_period_seconds=1,
+        containers=containers, restart_policy="Never", termination_grace_period_seconds=1,
         security_context=client.V1PodSecurityContext(run_as_non_root=True), **kwargs)
 
 
@@ -48,17 +51,91 @@ def test_images_run_as_non_root_without_build_tools(cluster: Cluster, namespace:
     pod = run_pod(cluster, namespace, "operator-help", pod_spec([container("operator", cluster.image("operator"),
                                                                            args=["--help"])]))
     assert pod.status.phase == "Succeeded"
-    assert "Reconcile Ringfeed's Dataset, Split and TrainingJob" in cluster.core.read_namespaced_pod_log(
+    assert "Reconcile Ringfeed's Dataset and Split objects" in cluster.core.read_namespaced_pod_log(
         "operator-help", namespace)
 
 
-def test_pod_without_host_network_gets_an_isolated_loopback_address(cluster: Cluster, namespace: str):
-    script = "import socket; s = socket.socket(); s.bind(('0.0.0.0', 8080)); print('bound')"
-    pod = run_pod(cluster, namespace, "isolated", pod_spec(
-        [container("probe", cluster.image("dataplane"), command=["python3", "-c", script])], host_network=False))
-    assert pod.status.phase == "Succeeded"
-    assert pod.status.pod_ip.startswith("10.88.")
-    assert cluster.core.read_namespaced_pod_log("isolated", namespace).strip() == "bound"
+# An HTTP server that answers with its Pod's name: what the network tests call.
+WEB_SERVER = ("import http.server, os\n"
+              "class Hello(http.server.BaseHTTPRequestHandler):\n"
+              "    def do_GET(self):\n"
+              "        body = os.environ['HOSTNAME'].encode()\n"
+              "        self.send_response(200); self.end_headers(); self.wfile.write(body)\n"
+              "http.server.HTTPServer(('0.0.0.0', 8080), Hello).serve_forever()")
+
+
+def start_web_servers(cluster: Cluster, namespace: str, names: list[str]) -> dict[str, str]:
+    """Pods (no hostNetwork) serving HTTP on 8080 behind Service `web`, Ready by an HTTP probe; name -> Pod IP."""
+    for name in names:
+        spec = pod_spec([container("web", cluster.image("dataplane"), command=["python3", "-c", WEB_SERVER],
+                                   ports=[client.V1ContainerPort(container_port=8080)],
+                                   readiness_probe=client.V1Probe(
+                                       http_get=client.V1HTTPGetAction(path="/", port=8080), period_seconds=1))])
+        spec.restart_policy = "Always"
+        cluster.core.create_namespaced_pod(namespace, client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name, labels={"app": "web"}), spec=spec))
+    cluster.core.create_namespaced_service(namespace, client.V1Service(
+        metadata=client.V1ObjectMeta(name="web"),
+        spec=client.V1ServiceSpec(selector={"app": "web"}, ports=[client.V1ServicePort(port=80, target_port=8080)])))
+
+    def ready_ips():
+        pods = [cluster.core.read_namespaced_pod(name, namespace) for name in names]
+        ready = all(any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or ()) for p in pods)
+        return {p.metadata.name: p.status.pod_ip for p in pods} if ready else None
+
+    return cluster.wait("web Pods Ready (HTTP probe by Pod IP)", ready_ips)
+
+
+def run_client(cluster: Cluster, namespace: str, script: str, *args: str) -> tuple[client.V1Pod, str]:
+    """A Pod (no hostNetwork) of the data-plane image that runs `script`: the Pod and its log, once it succeeded."""
+    pod = run_pod(cluster, namespace, "client", pod_spec(
+        [container("client", cluster.image("dataplane"), command=["python3", "-c", script, *args])]))
+    log = cluster.core.read_namespaced_pod_log("client", namespace)
+    assert pod.status.phase == "Succeeded", log
+    return pod, log
+
+
+def test_pods_get_pod_ips_and_reach_each_other(cluster: Cluster, namespace: str):
+    ips = start_web_servers(cluster, namespace, ["web-a", "web-b"])
+    assert len(set(ips.values())) == 2
+    for ip in ips.values():
+        assert ip.startswith("10.244.0.") and ip != "10.244.0.1"
+    fetch = ("import sys, urllib.request\n"
+             "for ip in sys.argv[1:]:\n"
+             "    print(urllib.request.urlopen(f'http://{ip}:8080/', timeout=5).read().decode())")
+    pod, log = run_client(cluster, namespace, fetch, *ips.values())
+    assert log.split() == list(ips)
+    assert pod.status.pod_ip not in ips.values()
+
+
+def test_a_pod_reaches_a_service_by_its_dns_name(cluster: Cluster, namespace: str):
+    ips = start_web_servers(cluster, namespace, ["web-a", "web-b"])
+    service_ip = cluster.core.read_namespaced_service("web", namespace).spec.cluster_ip
+    script = ("import socket, urllib.request\n"
+              f"print(socket.gethostbyname('web.{namespace}.svc.cluster.local'))\n"
+              "print(socket.gethostbyname('web'))\n"  # the Pod's search path
+              "print(' '.join(sorted({urllib.request.urlopen('http://web/', timeout=5).read().decode() "
+              "for _ in range(40)})))")
+    lines = run_client(cluster, namespace, script)[1].split("\n")
+    assert lines[0] == lines[1] == service_ip
+    # kube-proxy spreads the 40 requests over both Pods behind the ClusterIP.
+    assert lines[2].split() == sorted(ips)
+
+
+def test_a_pod_reaches_the_apiserver_through_service_kubernetes(cluster: Cluster, namespace: str):
+    script = ("import json, os, ssl, urllib.request\n"
+              "sa = '/var/run/secrets/kubernetes.io/serviceaccount'\n"
+              "host, port = os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT']\n"
+              "request = urllib.request.Request(f'https://kubernetes.default.svc/api/v1/namespaces/"
+              f"{namespace}/serviceaccounts/default', headers={{'Authorization': 'Bearer ' + open(sa + '/token').read()}})\n"
+              "context = ssl.create_default_context(cafile=sa + '/ca.crt')\n"
+              "print(host, port, json.load(urllib.request.urlopen(request, context=context, timeout=5))['metadata']['name'])")
+    # The default ServiceAccount may read nothing; this one may read ServiceAccounts of its namespace.
+    cluster.kubectl("create", "role", "read-sa", "--verb=get", "--resource=serviceaccounts", "-n", namespace)
+    cluster.kubectl("create", "rolebinding", "read-sa", "--role=read-sa", f"--serviceaccount={namespace}:default",
+                    "-n", namespace)
+    service_ip = cluster.core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    assert run_client(cluster, namespace, script)[1].split() == [service_ip, "443", "default"]
 
 
 def test_job_completes(cluster: Cluster, namespace: str):

@@ -1,7 +1,8 @@
 """The chart and the operator on the real local cluster, against a real Cassandra node.
 
-One release of charts/ringfeed (e2e/values-local.yaml: locally built images, hostNetwork) serves the module; the
-Cassandra node (127.0.40.1) is reached by the operator and its Jobs through the node's network namespace. The
+One release of charts/ringfeed (e2e/values-local.yaml: locally built images) serves the module; the Cassandra node
+(RING_ADDRESS_PREFIX + 1: the local cluster's node IP 10.244.0.1) is an existing ring outside the cluster, reached by
+the operator and its Jobs through the Pod network, and by the tests from the cluster's network namespace. The
 samples come from a hostPath folder: a CSV manifest of small JPEGs (6 patients × 2 classes) and one corrupt file.
 """
 
@@ -20,7 +21,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from kubecluster import REPO, Cluster
+from kubecluster import REPO, RING_ADDRESS_PREFIX, Cluster
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.local import LocalRing, RingSettings
@@ -41,8 +42,8 @@ STATE = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test"))
 
 @pytest.fixture(scope="module")
 def ring():
-    """A Cassandra node on 127.0.40.1, reachable from hostNetwork Pods; TLS optional on its CQL port."""
-    settings = RingSettings(cluster_name="ringfeed-e2e", address_prefix="127.0.40.", jmx_base=7600, heap="768M",
+    """A Cassandra node outside the cluster that its Pods reach; TLS optional on its CQL port."""
+    settings = RingSettings(cluster_name="ringfeed-e2e", address_prefix=RING_ADDRESS_PREFIX, jmx_base=7600, heap="768M",
                             ring_delay_ms=1000, tls=True)
     LocalRing(STATE / "e2e-ring", settings).down(purge=True)
     local = LocalRing(STATE / "e2e-ring", settings)
@@ -204,7 +205,7 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     deployment = next(d for d in documents if d["kind"] == "Deployment")
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["hostNetwork"] is True
+    assert "hostNetwork" not in pod
     assert "--job-image=localhost/ringfeed/dataplane:0.1.0" in pod["containers"][0]["args"]
     # A namespaced install binds the same rules per watched namespace instead of cluster-wide.
     scoped = cluster.helm("template", RELEASE, str(CHART), "-n", SYSTEM, "--set",
@@ -229,11 +230,14 @@ def test_install_brings_the_operator_up(cluster: Cluster, release):
         established = cluster.kubectl("get", "crd", crd, "-o",
                                       "jsonpath={.status.conditions[?(@.type=='Established')].status}").stdout
         assert established == "True"
-    # The operator's own endpoints answer on the node (hostNetwork, bound to 127.0.0.1).
+    # The operator's own endpoints answer on its Pod IP, and the metrics through the chart's Service too.
     import urllib.request
 
-    assert urllib.request.urlopen("http://127.0.0.1:28080/healthz", timeout=5).status == 200
-    metrics = urllib.request.urlopen("http://127.0.0.1:29090/metrics", timeout=5).read().decode()
+    pod = cluster.core.list_namespaced_pod(SYSTEM, label_selector="app.kubernetes.io/component=operator").items[0]
+    assert urllib.request.urlopen(f"http://{pod.status.pod_ip}:8080/healthz", timeout=5).status == 200
+    service = next(s for s in cluster.core.list_namespaced_service(SYSTEM).items
+                   if any(port.port == 9090 for port in s.spec.ports))
+    metrics = urllib.request.urlopen(f"http://{service.spec.cluster_ip}:9090/metrics", timeout=5).read().decode()
     assert "ringfeed_operator_reconciles_total" in metrics
 
 
@@ -321,7 +325,7 @@ def test_a_ring_certificate_from_another_ca_is_refused(cluster: Cluster, ns: str
         get(cluster, ns, "datasets", "untrusted"), "Ready").get("reason") == "RingUnreachable", timeout_s=60)
     assert refused
     message = condition(get(cluster, ns, "datasets", "untrusted"), "Ready")["message"]
-    assert "cannot reach Cassandra at 127.0.40.1:9042" in message
+    assert f"cannot reach Cassandra at {ring.hosts[0]}:9042" in message
     assert not cluster.batch.list_namespaced_job(ns, label_selector="ringfeed.io/dataset=untrusted").items
     cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "datasets", "untrusted")
     cluster.wait("untrusted deleted", lambda: get(cluster, ns, "datasets", "untrusted") is None, timeout_s=60)
