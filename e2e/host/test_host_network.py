@@ -25,7 +25,8 @@ SNAPSHOT = (
     ("ipv6 routes", "ip -6 route show table all | sort"),
     ("rules", "ip rule show; ip -6 rule show"),
     ("nftables", "nft list ruleset"),
-    ("iptables", "iptables-save | grep -v '^#'; ip6tables-save | grep -v '^#'"),
+    ("iptables", "for tool in iptables-legacy-save ip6tables-legacy-save iptables-nft-save ip6tables-nft-save; do "
+                 "echo \"$tool\"; $tool | sed '/^#/d'; done"),
     ("sysctls", "sysctl net.ipv4.ip_forward net.ipv6.conf.all.forwarding net.ipv4.conf.all.forwarding "
                 "net.bridge.bridge-nf-call-iptables"),
     ("network namespaces", "ip netns list"),
