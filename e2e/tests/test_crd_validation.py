@@ -53,9 +53,11 @@ class Api:
     def __init__(self, cluster: Cluster):
         self.custom = client.CustomObjectsApi(cluster.api)
 
-    def create(self, namespace: str, body: dict, dry_run: bool = False) -> dict:
+    def create(self, namespace: str, body: dict, dry_run: bool = False, strict: bool = False) -> dict:
+        """strict: refuse unknown fields as `kubectl apply` does (--validate=strict), instead of dropping them."""
         return self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[body["kind"]], body,
-                                                           dry_run="All" if dry_run else None)
+                                                           dry_run="All" if dry_run else None,
+                                                           field_validation="Strict" if strict else None)
 
     def get(self, namespace: str, kind: str, name: str) -> dict:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name)
@@ -217,11 +219,24 @@ BAD = [
     ("Dataset", "contact-points-empty", {"spec.storage.external.contactPoints": []},
      "contactPoints in body should have at least 1 items"),
     ("Dataset", "contact-point-with-comma", {"spec.storage.external.contactPoints": ["a,b"]},
-     "contactPoints[0] in body should match"),
+     "spec.storage.external.contactPoints: each is a host name or an IP address, without a port"),
+    ("Dataset", "contact-point-with-port", {"spec.storage.external.contactPoints": ["cassandra-0.cassandra:9042"]},
+     "spec.storage.external.contactPoints: each is a host name or an IP address, without a port"),
+    ("Dataset", "contact-point-url", {"spec.storage.external.contactPoints": ["tcp://cassandra-0"]},
+     "spec.storage.external.contactPoints: each is a host name or an IP address, without a port"),
+    ("Dataset", "contact-point-bad-ipv6", {"spec.storage.external.contactPoints": ["fe80::1::2"]},
+     "spec.storage.external.contactPoints: each is a host name or an IP address, without a port"),
+    ("Dataset", "contact-point-label-over-63", {"spec.storage.external.contactPoints": ["c" * 64 + ".db"]},
+     "spec.storage.external.contactPoints: each is a host name or an IP address, without a port"),
     ("Dataset", "port-70000", {"spec.storage.external.port": 70000},
      "port in body should be less than or equal to 65535"),
     ("Dataset", "credentials-without-name", {"spec.storage.external.credentialsSecret": {"usernameKey": "user"}},
      "spec.storage.external.credentialsSecret.name: Required value"),
+    ("Dataset", "credentials-name-not-dns", {"spec.storage.external.credentialsSecret.name": "Cassandra_Credentials"},
+     "spec.storage.external.credentialsSecret.name is not a Secret name"),
+    ("Dataset", "ca-secret-name-not-dns",
+     {"spec.storage.external.tls": {"enabled": True, "caSecret": {"name": "ring-ca/tls"}}},
+     "spec.storage.external.tls.caSecret.name is not a Secret name"),
     ("Dataset", "tls-without-ca", {"spec.storage.external.tls": {"enabled": True}},
      "spec.storage.external.tls.caSecret is required when tls.enabled is true"),
     # Dataset: keyspace and replication
@@ -240,6 +255,10 @@ BAD = [
      "naturalKeys in body should have at least 1 items"),
     ("Dataset", "reserved-column-name", {"spec.schema.metadata.0.name": "label"}, "column name is reserved"),
     ("Dataset", "reserved-key-name", {"spec.schema.naturalKeys.3.name": "uuid"}, "column name is reserved"),
+    ("Dataset", "column-name-cql-keyword", {"spec.schema.metadata.0.name": "order"},
+     "column name is a reserved CQL keyword"),
+    ("Dataset", "key-name-cql-keyword", {"spec.schema.naturalKeys.3.name": "token"},
+     "column name is a reserved CQL keyword"),
     ("Dataset", "duplicate-column-name", {"spec.schema.metadata.0.name": "patient_id"},
      "column names must be unique across naturalKeys and metadata"),
     ("Dataset", "duplicate-key-name", {"spec.schema.naturalKeys.3.name": "x"},
@@ -260,9 +279,27 @@ BAD = [
     ("Dataset", "ingest-without-volume", {"spec.ingest.source.volume": DELETE},
      "spec.ingest.source.volume: Required value"),
     ("Dataset", "ingest-two-volumes", {"spec.ingest.source.volume.hostPath": {"path": "/data"}},
-     "spec.ingest.source.volume: Too many"),
+     "spec.ingest.source.volume must be exactly one of persistentVolumeClaim, nfs, configMap, csi, ephemeral or "
+     "hostPath"),
     ("Dataset", "ingest-secret-volume", {"spec.ingest.source.volume": {"secret": {"secretName": "ring"}}},
-     "spec.ingest.source.volume must be one of persistentVolumeClaim, nfs, configMap, csi, ephemeral or hostPath"),
+     "spec.ingest.source.volume must be exactly one of persistentVolumeClaim, nfs, configMap, csi, ephemeral or "
+     "hostPath"),
+    ("Dataset", "ingest-claim-name-misspelt", {"spec.ingest.source.volume.persistentVolumeClaim": {
+        "claimNam": "slides-raw"}}, "spec.ingest.source.volume.persistentVolumeClaim.claimName: Required value"),
+    ("Dataset", "ingest-claim-name-not-dns", {"spec.ingest.source.volume.persistentVolumeClaim.claimName": "Raw"},
+     "spec.ingest.source.volume.persistentVolumeClaim.claimName in body should match"),
+    ("Dataset", "ingest-nfs-without-server", {"spec.ingest.source.volume": {"nfs": {"path": "/exports/slides"}}},
+     "spec.ingest.source.volume.nfs.server: Required value"),
+    ("Dataset", "ingest-host-path-type-unknown",
+     {"spec.ingest.source.volume": {"hostPath": {"path": "/data", "type": "Folder"}}}, 'Unsupported value: "Folder"'),
+    ("Dataset", "ingest-ephemeral-size-not-a-quantity", {"spec.ingest.source.volume": {"ephemeral": {
+        "volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"],
+                                         "resources": {"requests": {"storage": "100 GB"}}}}}}},
+     "spec.ingest.source.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage in body should match"),
+    ("Dataset", "ingest-resources-not-a-quantity", {"spec.ingest.resources": {"limits": {"memory": "4 GB"}}},
+     "spec.ingest.resources.limits.memory in body should match"),
+    ("Dataset", "ingest-resources-two-decimal-points", {"spec.ingest.resources": {"requests": {"cpu": "1.5.0"}}},
+     "spec.ingest.resources.requests.cpu in body should match"),
     ("Dataset", "name-over-63", {"metadata.name": "d" * 64, "spec.keyspace": "long_name"},
      "metadata.name must have at most 63 characters"),
     ("Dataset", "ingest-workers-0", {"spec.ingest.workers": 0},
@@ -335,6 +372,14 @@ BAD = [
      "batchSize in body should be greater than or equal to 1"),
     ("TrainingJob", "remainder-unknown", {"spec.loader.remainder": "wrap"}, 'Unsupported value: "wrap"'),
     ("TrainingJob", "missing-unknown", {"spec.loader.missing": "ignore"}, 'Unsupported value: "ignore"'),
+    ("TrainingJob", "sidecar-resources-not-a-quantity", {"spec.sidecar": {"resources": {"requests": {"cpu": "two"}}}},
+     "spec.sidecar.resources.requests.cpu in body should match"),
+    ("TrainingJob", "trainer-resources-not-a-quantity",
+     {"spec.template.spec.containers.0.resources": {"limits": {"memory": "lots"}}},
+     "spec.template.spec.containers[0].resources.limits.memory in body should match"),
+    ("TrainingJob", "trainer-claim-without-name",
+     {"spec.template.spec.containers.0.resources": {"claims": [{"request": "gpu"}]}},
+     "spec.template.spec.containers[0].resources.claims[0].name: Required value"),
 ]
 
 
@@ -344,6 +389,76 @@ def test_bad_object_is_rejected(crds: Api, scratch: str, kind: str, changes: dic
     message, causes = rejection(lambda: crds.create(scratch, mutated(kind, changes), dry_run=True))
     assert expected in message, message
     assert len(causes) == 1, f"expected exactly one broken rule, got: {message}"
+
+
+# Misspelt fields, as `kubectl apply` sends them (strict field validation): refused, never silently dropped. Only
+# the trainer Pod template keeps unknown fields (a PodSpec is checked when its Pods are made).
+MISSPELT = [
+    ("Dataset", "volume-field", {"spec.ingest.source.volume.persistentVolumeClaim.readonly": True},
+     'unknown field "spec.ingest.source.volume.persistentVolumeClaim.readonly"'),
+    ("Dataset", "csi-field", {"spec.ingest.source.volume": {"csi": {"driver": "files.csi.k8s.io",
+                                                                    "volumeAttribute": {"share": "slides"}}}},
+     'unknown field "spec.ingest.source.volume.csi.volumeAttribute"'),
+    ("Dataset", "resources-section", {"spec.ingest.resources": {"request": {"cpu": "1"}}},
+     'unknown field "spec.ingest.resources.request"'),
+    ("Dataset", "resources-claims-in-a-job", {"spec.ingest.resources": {"claims": [{"name": "gpu"}]}},
+     'unknown field "spec.ingest.resources.claims"'),
+    ("Dataset", "secret-reference", {"spec.storage.external.credentialsSecret.userKey": "user"},
+     'unknown field "spec.storage.external.credentialsSecret.userKey"'),
+    ("TrainingJob", "sidecar-resources-section", {"spec.sidecar": {"resources": {"limit": {"cpu": "1"}}}},
+     'unknown field "spec.sidecar.resources.limit"'),
+    ("TrainingJob", "trainer-resources-section",
+     {"spec.template.spec.containers.0.resources": {"limts": {"memory": "1Gi"}}},
+     'unknown field "spec.template.spec.containers[0].resources.limts"'),
+]
+
+
+@pytest.mark.parametrize("kind,changes,expected", [case[:1] + case[2:] for case in MISSPELT],
+                         ids=[f"{case[0].lower()}-{case[1]}" for case in MISSPELT])
+def test_misspelt_field_is_refused(crds: Api, scratch: str, kind: str, changes: dict, expected: str):
+    with pytest.raises(client.ApiException) as caught:
+        crds.create(scratch, mutated(kind, changes), dry_run=True, strict=True)
+    message = json.loads(caught.value.body)["message"]
+    assert expected in message and message.count("unknown field") == 1, message
+
+
+@pytest.mark.parametrize("changes", [
+    {"spec.storage.external.contactPoints": ["10.0.0.7", "::1", "2001:db8::7", "Cassandra-0.DB.example.com", "db"]},
+    {"spec.storage.external.tls": {"enabled": True, "caSecret": {"name": "ring.ca-2024"}}},
+    {"spec.schema.metadata": [{"name": "orders", "type": "int"}, {"name": "token_count", "type": "bigint"}]},
+    {"spec.ingest.source.volume": {"nfs": {"server": "nas.example.com", "path": "/exports/slides", "readOnly": True}}},
+    {"spec.ingest.source.volume": {"configMap": {"name": "manifest", "items": [{"key": "m.csv", "path": "m.csv"}]}}},
+    {"spec.ingest.source.volume": {"csi": {"driver": "files.csi.k8s.io", "volumeAttributes": {"share": "slides"},
+                                           "nodePublishSecretRef": {"name": "share-key"}}}},
+    {"spec.ingest.source.volume": {"ephemeral": {"volumeClaimTemplate": {
+        "metadata": {"labels": {"team": "ml"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast", "dataSource": {
+            "apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "slides-2026"},
+            "resources": {"requests": {"storage": "100Gi"}}}}}}},
+    {"spec.ingest.source.volume": {"hostPath": {"path": "/data/slides", "type": "Directory"}}},
+    {"spec.ingest.resources": {"requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": 1_000_000},
+                               "limits": {"memory": "1.5Gi", "cpu": 2}}},
+], ids=["contact-points-ip-and-names", "ca-secret-dotted", "columns-containing-keywords", "nfs", "config-map",
+        "csi", "ephemeral", "host-path", "resources"])
+def test_valid_dataset_variants_are_accepted_whole(crds: Api, scratch: str, changes: dict):
+    created = crds.create(scratch, mutated("Dataset", changes), dry_run=True, strict=True)
+    for path, value in changes.items():   # nothing pruned: every field given is stored (defaults may be added)
+        assert kept(value, at(created, path)), f"{path}: {at(created, path)}"
+
+
+def at(body: dict, path: str) -> object:
+    for key in path.split("."):
+        body = body[int(key)] if key.isdigit() else body[key]
+    return body
+
+
+def kept(given: object, stored: object) -> bool:
+    """Whether stored holds everything given (maps may have gained defaults)."""
+    if isinstance(given, dict):
+        return isinstance(stored, dict) and all(k in stored and kept(v, stored[k]) for k, v in given.items())
+    if isinstance(given, list):
+        return isinstance(stored, list) and len(given) == len(stored) and all(map(kept, given, stored))
+    return given == stored
 
 
 def test_the_table_covers_every_kind_and_the_samples_are_valid(crds: Api, scratch: str):
@@ -496,10 +611,14 @@ def test_printer_columns_category_and_short_names(cluster: Cluster, crds: Api, n
     ("dataset", ["Dataset is a set of training samples", "docs/api/dataset.md", "spec\t<Object> -required-"]),
     ("dataset.spec", ["storage\t<Object> -required-", "schema\t<Object> -required-", "deletionPolicy",
                       "Default: Retain."]),
-    ("dataset.spec.storage.external", ["Host names or IP addresses", "contactPoints\t<[]string> -required-",
+    ("dataset.spec.storage.external", ["Host names (RFC 1123", "contactPoints\t<[]string> -required-",
                                        "port\t<integer>", "Default: 9042. Range: 1 to 65535.",
                                        "credentialsSecret", "localDatacenter", "tls"]),
     ("dataset.spec.ingest.source.volume", ["persistentVolumeClaim", "read-only", "allowHostPath"]),
+    ("dataset.spec.ingest.source.volume.persistentVolumeClaim", ["claimName\t<string> -required-",
+                                                                 "readOnly\t<boolean>"]),
+    ("dataset.spec.ingest.resources", ["limits\t<map[string]Object>", "requests\t<map[string]Object>",
+                                       "a quantity: 500m, 2, 4Gi"]),
     ("split.spec.balance", ["natural", "equal", "weights", "<map[string]integer>"]),
     ("trainingjob.spec.loader.remainder", ["exactly once", "ENUM", "uneven", "pad", "drop"]),
     ("trainingjob", ["loader sidecar", "docs/api/trainingjob.md"]),

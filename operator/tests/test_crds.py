@@ -1,0 +1,58 @@
+"""The CRDs agree with the code that consumes them, checked without a server (the apiserver's own checks are in
+e2e/tests/test_crd_validation.py): the CQL keywords refused as names are the data plane's, no field is left
+unchecked where a real schema exists, and quantities follow the apiserver's pattern."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from ringfeed.schema import CATALOG_KEYSPACE, CQL_RESERVED
+
+from ringfeed_operator.settings import QUANTITY
+
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+def crd(plural: str) -> dict:
+    return yaml.safe_load((CRDS / f"ringfeed.io_{plural}.yaml").read_text())
+
+
+def walk(node: object, path: str = ""):
+    """(path, schema) of every schema node below node."""
+    if isinstance(node, dict):
+        yield path, node
+        for key, child in node.items():
+            yield from walk(child, f"{path}.{key}" if path else key)
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            yield from walk(child, f"{path}[{index}]")
+
+
+def listed_words(rule: str) -> set[str]:
+    """The words of the rule's `in [...]` list."""
+    return set(re.findall(r"'([a-z_]+)'", re.search(r" in \[(.*?)\]", rule, re.S).group(1)))
+
+
+def test_names_refused_as_cql_keywords_are_the_data_planes():
+    rules = [rule["rule"] for _, node in walk(crd("datasets")) for rule in node.get("x-kubernetes-validations", ())]
+    keyword_rules = [rule for rule in rules if "'columnfamily'" in rule]
+    assert len(keyword_rules) == 4, keyword_rules   # metadata.name, spec.keyspace, naturalKeys[], metadata[]
+    for rule in keyword_rules:
+        assert listed_words(rule) - {CATALOG_KEYSPACE} == CQL_RESERVED, rule
+
+
+def test_unknown_fields_are_kept_only_in_the_trainer_pod_template():
+    kept = [path for plural in ("datasets", "splits", "trainingjobs")
+            for path, node in walk(crd(plural)) if node.get("x-kubernetes-preserve-unknown-fields")]
+    template = "spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.template"
+    assert kept == [template, f"{template}.properties.metadata", f"{template}.properties.spec",
+                    f"{template}.properties.spec.properties.containers.items"]
+
+
+def test_quantities_use_the_apiservers_pattern():
+    patterns = {node["pattern"] for plural in ("datasets", "trainingjobs") for _, node in walk(crd(plural))
+                if node.get("x-kubernetes-int-or-string")}
+    assert patterns == {QUANTITY.pattern}
