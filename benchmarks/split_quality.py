@@ -85,7 +85,7 @@ def engine_at(commit: str):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", default="84b4b12", help="Commit of the engine to compare with.")
+    parser.add_argument("--before", default="3e41307", help="Commit of the engine to compare with.")
     parser.add_argument("--seeds", type=int, default=5, help="Data seeds per case.")
     args = parser.parse_args()
     from ringfeed.splits import engine as after
