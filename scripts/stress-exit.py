@@ -38,7 +38,6 @@ SPLIT = "by-patient"
 def child_loader_mid_epoch(dataset: str) -> None:
     """Decoding loader abandoned after one batch with the window full, beside another library's DataLoader workers."""
     import torch.utils.data
-
     from ringfeed import Decode, Loader
 
     others = iter(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(64.0)), batch_size=8,
@@ -64,7 +63,6 @@ def child_torch_workers(dataset: str) -> None:
 def child_fork_after_loader(dataset: str) -> None:
     """A loader read in the main process, then forked workers of another library inherit its native session."""
     import torch.utils.data
-
     from ringfeed import Decode, Loader
 
     loader = Loader(dataset, SPLIT, "val", 8, decode=Decode(32, 32), decode_threads=2)
@@ -74,6 +72,24 @@ def child_fork_after_loader(dataset: str) -> None:
                                          num_workers=2):
         pass
     next(iter(loader))
+
+
+def child_fork_reuses_loader(dataset: str) -> None:
+    """A forked child iterates a loader its parent had opened: it opens its own reader and lets the inherited one
+    go (whose threads exist only in the parent), then exits normally."""
+    from ringfeed import Decode, Loader
+
+    loader = Loader(dataset, SPLIT, "val", 8, decode=Decode(32, 32), decode_threads=2)
+    next(iter(loader))
+    pid = os.fork()
+    if pid == 0:
+        for _ in loader:
+            pass
+        loader.close()
+        return
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"the forked child ended with {os.waitstatus_to_exitcode(status)}")
 
 
 def child_daemon_thread(dataset: str) -> None:
@@ -104,6 +120,7 @@ CHILDREN = {
     "loader-mid-epoch": (child_loader_mid_epoch, 0),
     "torch-workers": (child_torch_workers, 0),
     "fork-after-loader": (child_fork_after_loader, 0),
+    "fork-reuses-loader": (child_fork_reuses_loader, 0),
     "daemon-thread": (child_daemon_thread, 0),
     "error-mid-epoch": (child_error_mid_epoch, 1),
 }
@@ -182,7 +199,7 @@ def backtrace(core: Path) -> str:
     if not shutil.which("gdb"):
         return "(gdb is not installed: no backtrace)\n"
     result = subprocess.run(["gdb", "-batch", "-ex", "thread apply all bt 30", sys.executable, str(core)],
-                            capture_output=True, text=True, timeout=300)
+                            check=False, capture_output=True, text=True, timeout=300)
     return result.stdout + result.stderr
 
 
@@ -195,7 +212,7 @@ def execute(run: Run, number: int, env: dict, scratch: Path, report_dir: Path, t
     cwd = scratch / f"run-{number}"
     cwd.mkdir()
     try:
-        result = subprocess.run(run.argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
+        result = subprocess.run(run.argv, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
                                 preexec_fn=enable_core_dumps)
         code, stderr = result.returncode, result.stderr
     except subprocess.TimeoutExpired as exc:

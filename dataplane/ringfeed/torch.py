@@ -59,7 +59,10 @@ class RingfeedDataset(torch.utils.data.IterableDataset):
         shard = (info.id, info.num_workers) if info else (0, 1)
         loader = Loader.from_source(self.source, self.batch_size, shard=shard, **self.options)
         loader.load_state_dict(self._position.state_dict())
-        yield from loader
+        try:
+            yield from loader
+        finally:
+            loader.close()  # a worker's threads stop before the worker exits, also when abandoned mid-epoch
 
     def state_dict(self, batches_consumed: int) -> dict:
         """The position after `batches_consumed` batches of the current epoch's remainder were used."""

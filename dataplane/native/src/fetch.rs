@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use fast_image_resize::images::Image as ResizeTarget;
@@ -24,6 +24,7 @@ use scylla::statement::prepared::PreparedStatement;
 use tokio::sync::{Semaphore, mpsc};
 use uuid::Uuid;
 
+use crate::lifecycle;
 use crate::retry::{is_transient, with_backoff};
 
 /// Released batch buffers kept per fetcher for reuse.
@@ -242,7 +243,7 @@ struct Shared {
     concurrency: usize,
     max_retries: u32,
     decode: Decode,
-    decoders: Option<DecoderPool>,
+    decoders: Option<Arc<DecoderPool>>,
     pool: Arc<BufferPool>,
     /// Mean stored bytes per sample of the last batch read (0: none yet): sizes requests, and without decoding the
     /// next batch's buffer.
@@ -312,6 +313,15 @@ impl Fetcher {
 
 #[pymethods]
 impl Fetcher {
+    /// Stops reading: closes the session this fetcher reads through (its connections and I/O threads) and joins its
+    /// decoder threads, with the GIL released; batches in flight are abandoned and later calls fail.
+    fn close(&self, py: Python<'_>) {
+        self.shared.client.close(py);
+        if let Some(decoders) = &self.shared.decoders {
+            py.detach(|| decoders.close());
+        }
+    }
+
     /// Starts reading the samples whose UUIDs are `uuids` (16 bytes each, concatenated); returns at once.
     fn submit(&self, ticket: u64, uuids: &Bound<'_, PyBytes>) -> PyResult<()> {
         let raw = uuids.as_bytes();
@@ -614,13 +624,14 @@ type DecodeTask = Box<dyn FnOnce() + Send>;
 /// Decoder threads fed by a queue. An idle thread sleeps in the queue's receive: on cores shared with the Cassandra
 /// node a work-stealing pool's idle spinning costs the node CPU, and a task (a group of samples, milliseconds of
 /// work) gains nothing from stealing.
-struct DecoderPool {
+pub(crate) struct DecoderPool {
     tasks: Mutex<Option<std::sync::mpsc::Sender<DecodeTask>>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    owner: u32,
 }
 
 impl DecoderPool {
-    fn start(threads: usize) -> std::io::Result<Self> {
+    fn start(threads: usize) -> std::io::Result<Arc<Self>> {
         let (sender, receiver) = std::sync::mpsc::channel::<DecodeTask>();
         let receiver = Arc::new(Mutex::new(receiver));
         let threads = (0..threads.max(1))
@@ -634,31 +645,46 @@ impl DecoderPool {
                             let task = receiver.lock().expect("decoder queue lock").recv();
                             match task {
                                 Ok(task) => task(),
-                                Err(_) => return, // the pool was dropped
+                                Err(_) => return, // the pool was closed
                             }
                         }
                     })
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(Self {
+        let pool = Arc::new(Self {
             tasks: Mutex::new(Some(sender)),
-            threads,
-        })
+            threads: Mutex::new(threads),
+            owner: lifecycle::this_process(),
+        });
+        lifecycle::register_decoders(&pool);
+        Ok(pool)
     }
 
+    /// Queues a task; a closed pool drops it (its batch then fails).
     fn spawn(&self, task: impl FnOnce() + Send + 'static) {
         if let Some(sender) = self.tasks.lock().expect("decoder queue lock").as_ref() {
             let _ = sender.send(Box::new(task));
+        }
+    }
+
+    /// Closes the queue and joins the threads (each finishes its task first); in a forked child, leaves the
+    /// parent's threads alone.
+    pub(crate) fn close(&self) {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+        if lifecycle::forked_since(self.owner) {
+            std::mem::forget(threads); // joining threads that are not in this process would hang
+            return;
+        }
+        for thread in threads {
+            let _ = thread.join();
         }
     }
 }
 
 impl Drop for DecoderPool {
     fn drop(&mut self) {
-        self.tasks.lock().expect("decoder queue lock").take(); // closes the queue: threads finish their task and exit
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
+        self.close();
     }
 }
 

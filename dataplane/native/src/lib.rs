@@ -2,10 +2,12 @@
 //!
 //! `session` connects and prepares, `convert` turns Python values into CQL values,
 //! `writer` is the bulk ingest path, `scan` reads whole columns by token range,
-//! `fetch` reads and decodes the loader's batches, `retry` is the policy they share.
+//! `fetch` reads and decodes the loader's batches, `retry` is the policy they share, `lifecycle` stops every
+//! native thread before the interpreter exits.
 
 mod convert;
 mod fetch;
+mod lifecycle;
 mod retry;
 mod scan;
 mod session;
@@ -23,5 +25,11 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<fetch::Buffer>()?;
     module.add_function(wrap_pyfunction!(fetch::decode_image_py, module)?)?;
     module.add("WriteError", module.py().get_type::<writer::WriteError>())?;
+    let close_all = wrap_pyfunction!(lifecycle::close_all_at_exit, module)?;
+    module.add_function(close_all.clone())?;
+    module
+        .py()
+        .import("atexit")?
+        .call_method1("register", (close_all,))?;
     Ok(())
 }

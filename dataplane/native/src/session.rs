@@ -2,7 +2,8 @@
 
 use std::fmt::Display;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use openssl::ssl::{SslConnector, SslMethod};
@@ -16,47 +17,86 @@ use scylla::client::session_builder::SessionBuilder;
 use scylla::policies::retry::FallthroughRetryPolicy;
 use scylla::statement::Consistency;
 use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
-use tokio::runtime::Runtime;
+use tokio::runtime::{Handle, Runtime};
 
 use crate::convert::BindMarker;
 use crate::fetch::{Decode, Fetcher, Statements, image_shape};
+use crate::lifecycle;
 use crate::scan::{ScanRequest, scan};
 use crate::writer::BulkWriter;
 
 /// How often a blocking wait wakes up to let Python handle signals (Ctrl-C).
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
-/// A tokio runtime that is shut down without waiting: dropping the last Python handle
-/// must never block on the network (requests still in flight are abandoned).
-struct IoRuntime(Option<Runtime>);
+/// How long stopping a runtime waits for its threads.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+
+/// A tokio runtime whose threads are stopped and joined (up to 2 s, without the GIL) when it is closed or dropped:
+/// threads left running while the process exits (interpreter finalisation, then libc's exit handlers) crash it.
+/// Requests still in flight are abandoned.
+struct IoRuntime {
+    handle: Handle,
+    /// None once closed.
+    runtime: Mutex<Option<Runtime>>,
+    closed: AtomicBool,
+    owner: u32,
+}
 
 impl IoRuntime {
     fn start() -> PyResult<Self> {
-        tokio::runtime::Builder::new_multi_thread()
+        let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("ringfeed-io")
             .enable_all()
             .build()
-            .map(|runtime| Self(Some(runtime)))
-            .map_err(|err| PyRuntimeError::new_err(format!("cannot start the I/O runtime: {err}")))
+            .map_err(|err| PyRuntimeError::new_err(format!("cannot start the I/O runtime: {err}")))?;
+        Ok(Self {
+            handle: runtime.handle().clone(),
+            runtime: Mutex::new(Some(runtime)),
+            closed: AtomicBool::new(false),
+            owner: lifecycle::this_process(),
+        })
     }
 
-    fn get(&self) -> &Runtime {
-        self.0.as_ref().expect("the runtime is only taken on drop")
+    fn check_open(&self) -> PyResult<()> {
+        lifecycle::check_not_exiting()?;
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(PyRuntimeError::new_err("this ringfeed session is closed"));
+        }
+        Ok(())
+    }
+
+    fn take(&self) -> Option<Runtime> {
+        self.runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Stops the I/O threads and waits for them with the GIL released; later waits fail at once.
+    fn close(&self, py: Python<'_>) {
+        self.closed.store(true, Ordering::SeqCst);
+        if let Some(runtime) = self.take() {
+            if lifecycle::forked_since(self.owner) {
+                std::mem::forget(runtime); // its threads are the parent's
+            } else {
+                py.detach(|| runtime.shutdown_timeout(SHUTDOWN_WAIT));
+            }
+        }
     }
 }
 
 impl Drop for IoRuntime {
     fn drop(&mut self) {
-        if let Some(runtime) = self.0.take() {
-            // Wait for the I/O threads to stop: threads left running while the process exits (interpreter
-            // finalisation, then libc's exit handlers) have crashed it at exit. Inside one of its own threads (the
-            // last task let go of the client) the runtime cannot wait for itself.
-            if tokio::runtime::Handle::try_current().is_ok() {
-                runtime.shutdown_background();
-            } else {
-                runtime.shutdown_timeout(Duration::from_secs(2));
-            }
+        let Some(runtime) = self.take() else { return };
+        if lifecycle::forked_since(self.owner) {
+            std::mem::forget(runtime); // its threads are the parent's: waiting for them would hang
+        } else if Handle::try_current().is_ok() {
+            // Inside one of its own threads (the last task let go of the client) the runtime cannot wait for itself.
+            runtime.shutdown_background();
+        } else {
+            // Dropped by Python, which holds the GIL: the I/O threads never need it, other Python threads may.
+            Python::attach(|py| py.detach(|| runtime.shutdown_timeout(SHUTDOWN_WAIT)));
         }
     }
 }
@@ -70,9 +110,14 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// Runs `future` in the background on this client's runtime.
+    /// Runs `future` in the background on this client's runtime (a closed runtime drops it).
     pub fn spawn(&self, future: impl Future<Output = ()> + Send + 'static) {
-        self.runtime.get().spawn(future);
+        self.runtime.handle.spawn(future);
+    }
+
+    /// Stops the I/O threads now; every later wait on this client fails.
+    pub fn close(&self, py: Python<'_>) {
+        self.runtime.close(py);
     }
 
     /// Runs `future` on this client's runtime with the GIL released; see [`block_on`].
@@ -81,7 +126,7 @@ impl Client {
         F: Future + Send,
         F::Output: Send,
     {
-        block_on(py, self.runtime.get(), future)
+        block_on(py, &self.runtime, future)
     }
 
     /// Like `block_on`, and calls `on_wake` with the GIL held at every wake-up and at the end
@@ -96,13 +141,13 @@ impl Client {
         F: Future + Send,
         F::Output: Send,
     {
-        block_on_with(py, self.runtime.get(), future, on_wake)
+        block_on_with(py, &self.runtime, future, on_wake)
     }
 }
 
 /// Runs `future` to completion with the GIL released, waking up regularly so that
-/// a `KeyboardInterrupt` ends the wait (the future is then dropped).
-fn block_on<F>(py: Python<'_>, runtime: &Runtime, future: F) -> PyResult<F::Output>
+/// a `KeyboardInterrupt`, a closed session or the interpreter's exit ends the wait (the future is then dropped).
+fn block_on<F>(py: Python<'_>, runtime: &IoRuntime, future: F) -> PyResult<F::Output>
 where
     F: Future + Send,
     F::Output: Send,
@@ -112,7 +157,7 @@ where
 
 fn block_on_with<F>(
     py: Python<'_>,
-    runtime: &Runtime,
+    runtime: &IoRuntime,
     future: F,
     mut on_wake: impl FnMut(Python<'_>) -> PyResult<()>,
 ) -> PyResult<F::Output>
@@ -120,10 +165,12 @@ where
     F: Future + Send,
     F::Output: Send,
 {
+    let _counted = lifecycle::InNativeWait::enter();
     let mut future = pin!(future);
     loop {
+        runtime.check_open()?;
         let slice = async { tokio::time::timeout(SIGNAL_CHECK_INTERVAL, future.as_mut()).await };
-        match py.detach(|| runtime.block_on(slice)) {
+        match py.detach(|| runtime.handle.block_on(slice)) {
             Ok(output) => {
                 on_wake(py)?;
                 return Ok(output);
@@ -227,7 +274,7 @@ impl Session {
         }
 
         let runtime = IoRuntime::start()?;
-        let session = block_on(py, runtime.get(), builder.build())?.map_err(|err| {
+        let session = block_on(py, &runtime, builder.build())?.map_err(|err| {
             PyConnectionError::new_err(format!(
                 "cannot connect to {}: {}",
                 contact_points.join(", "),
@@ -237,13 +284,13 @@ impl Session {
         if let Some(dc) = &local_dc {
             check_datacenter(&session, dc)?;
         }
-        Ok(Self {
-            client: Arc::new(Client {
-                runtime,
-                session: Arc::new(session),
-                local_dc,
-            }),
-        })
+        let client = Arc::new(Client {
+            runtime,
+            session: Arc::new(session),
+            local_dc,
+        });
+        lifecycle::register_client(&client);
+        Ok(Self { client })
     }
 
     /// Prepares a statement; its bind markers decide how `BulkWriter.submit` converts values.
@@ -371,6 +418,12 @@ impl Session {
             decode_threads,
             sample_bytes,
         )
+    }
+
+    /// Closes the connections and stops the I/O threads now (waiting up to 2 s for them); every later request
+    /// through this session, its fetchers or its writers fails. Dropping the last reference does the same.
+    fn close(&self, py: Python<'_>) {
+        self.client.close(py);
     }
 
     #[pyo3(signature = (concurrency = 64, max_retries = 8))]

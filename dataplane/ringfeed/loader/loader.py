@@ -200,6 +200,19 @@ class Loader:
         self._open_fetcher()
         return self
 
+    def close(self) -> None:
+        """Release this process's connection, I/O and decoder threads now (waiting for the threads to stop) instead
+        of when the loader is garbage-collected; batches in flight are abandoned. A later iteration connects again."""
+        if self._fetcher is not None and self._fetcher_pid == os.getpid():
+            self._fetcher.close()
+        self._fetcher = None  # one inherited by a forked worker is dropped as it is: its threads are the parent's
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # -- epochs and resume ---------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -291,7 +304,7 @@ class Loader:
                 del result  # the consumer is done with it: its buffer can go back to the pool
         finally:
             if in_flight:  # abandoned mid-epoch: batches still in flight belong to no one
-                self._fetcher = None
+                self.close()
         self.set_epoch(epoch + 1)
 
     def _open_fetcher(self):
