@@ -1,33 +1,29 @@
 """`ringfeed-operator`: runs the kopf operator with Ringfeed's Dataset and Split handlers and a Prometheus
 endpoint."""
 
-import asyncio
 import dataclasses
-import logging
 
 import click
-import kopf
-import prometheus_client
 
-import ringfeed_operator.handlers  # noqa: F401  (registers the handlers)
-from ringfeed_operator.settings import JobSettings, parse_job_resources
+from ringfeed_operator import main as operator
+from ringfeed_operator.config import Config, JobsConfig, parse_job_resources
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--namespace", "-n", "namespaces", multiple=True,
               help="Watch only this namespace (repeatable). Default: every namespace.")
-@click.option("--metrics-port", default=9090, show_default=True, type=int,
+@click.option("--metrics-port", default=Config.metrics_port, show_default=True, type=int,
               help="Port of the Prometheus /metrics endpoint; 0 turns it off.")
-@click.option("--health-port", default=8080, show_default=True, type=int,
+@click.option("--health-port", default=Config.health_port, show_default=True, type=int,
               help="Port of the liveness endpoint (GET /healthz) for the Deployment's probe.")
-@click.option("--bind", default="0.0.0.0", show_default=True,
+@click.option("--bind", default=Config.bind, show_default=True,
               help="Address the metrics and health endpoints listen on.")
-@click.option("--job-image", default=JobSettings.image, show_default=True,
+@click.option("--job-image", default=JobsConfig.image, show_default=True,
               help="Data-plane image of the ingest and split Jobs (runs `ringfeed ingest` / `ringfeed split create`).")
-@click.option("--job-image-pull-policy", default=JobSettings.image_pull_policy, show_default=True,
+@click.option("--job-image-pull-policy", default=JobsConfig.image_pull_policy, show_default=True,
               type=click.Choice(["Always", "IfNotPresent", "Never"]))
-@click.option("--job-service-account", default="", help="Service account of the Jobs (default: the namespace's).")
-@click.option("--job-backoff-limit", default=JobSettings.backoff_limit, show_default=True, type=click.IntRange(0, 20),
+@click.option("--job-service-account", default=JobsConfig.service_account, help="Service account of the Jobs (default: the namespace's).")
+@click.option("--job-backoff-limit", default=JobsConfig.backoff_limit, show_default=True, type=click.IntRange(0, 20),
               help="Retries of a failed Job Pod before the Job (and the ingest or split) is reported failed.")
 @click.option("--job-allow-host-path", is_flag=True,
               help="Accept hostPath ingest sources (they give the ingest Pod a node's files): single-node and "
@@ -53,24 +49,13 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
       ringfeed-operator --bind 127.0.0.1 --metrics-port 19090 --health-port 18080
       ringfeed-operator --job-image localhost/ringfeed/dataplane:0.1.0 --job-image-pull-policy Never
     """
-    jobs = JobSettings(image=job_image, image_pull_policy=job_image_pull_policy,
-                       service_account=job_service_account, backoff_limit=job_backoff_limit,
-                       allow_host_path=job_allow_host_path)
+    jobs = JobsConfig(image=job_image, image_pull_policy=job_image_pull_policy,
+                      service_account=job_service_account, backoff_limit=job_backoff_limit,
+                      allow_host_path=job_allow_host_path)
     if job_resources is not None:
         try:
             jobs = dataclasses.replace(jobs, resources=parse_job_resources(job_resources, jobs.resources))
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--job-resources") from None
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if metrics_port:
-        prometheus_client.start_http_server(metrics_port, addr=bind)
-    asyncio.run(kopf.operator(
-        clusterwide=not namespaces,
-        namespaces=list(namespaces),
-        liveness_endpoint=f"http://{bind}:{health_port}/healthz",
-        registry=kopf.get_default_registry(),
-        standalone=True,  # one replica (Deployment strategy Recreate): no peering objects
-        memo=kopf.Memo(jobs=jobs),
-    ))
-
+    operator.run(Config(watch_namespaces=namespaces, metrics_port=metrics_port, health_port=health_port, bind=bind,
+                        verbose=verbose, jobs=jobs))

@@ -1,4 +1,6 @@
-"""How the operator runs the Jobs it creates; set by `ringfeed-operator` options (the Helm chart's values)."""
+"""The operator's settings: one Config, set by `ringfeed-operator`'s options, which the Helm chart fills from its
+values. Each attribute carries the name of its chart value (`operator.metricsPort` → `Config.metrics_port`,
+`jobs.backoffLimit` → `Config.jobs.backoff_limit`)."""
 
 from __future__ import annotations
 
@@ -15,20 +17,42 @@ QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 
 
 @dataclasses.dataclass(frozen=True)
-class JobSettings:
-    """Pod settings shared by every ingest and split Job."""
+class JobsConfig:
+    """The ingest and split Jobs the operator creates (chart values `jobs.*`)."""
 
+    # jobs.image.repository:tag — the data-plane image (the `ringfeed` command).
     image: str = "ghcr.io/ringfeed/dataplane:0.1.0"
+    # jobs.image.pullPolicy
     image_pull_policy: str = "IfNotPresent"
-    service_account: str = ""  # "" = the namespace's default; Jobs never call the Kubernetes API
+    # jobs.serviceAccount — "" is the namespace's default; the Jobs never call the Kubernetes API.
+    service_account: str = ""
+    # jobs.backoffLimit — retries of a failed Job Pod before the ingest or split is reported failed.
     backoff_limit: int = 2
-    ttl_seconds_after_finished: int = 86400
-    allow_host_path: bool = False  # hostPath ingest sources give a Pod a node's files: off unless the chart says so
-    # Default resources per role (ingest, split); spec.ingest.resources overrides the ingest ones.
+    # jobs.allowHostPath — hostPath ingest sources give a Pod a node's files: off unless the chart says so.
+    allow_host_path: bool = False
+    # jobs.resources — a ResourceRequirements per role; a Dataset's spec.ingest.resources replaces the ingest one.
     resources: dict = dataclasses.field(default_factory=lambda: {
         "ingest": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
         "split": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
     })
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything `ringfeed-operator` is told at its start (chart values `operator.*` and `jobs.*`)."""
+
+    # operator.watchNamespaces — empty: every namespace.
+    watch_namespaces: tuple[str, ...] = ()
+    # operator.metricsPort — the Prometheus /metrics endpoint; 0 turns it off.
+    metrics_port: int = 9090
+    # operator.healthPort — the liveness endpoint (GET /healthz) probed by the Deployment.
+    health_port: int = 8080
+    # operator.bind — the address both endpoints listen on.
+    bind: str = "0.0.0.0"
+    # operator.verbose — log every handler call and API request.
+    verbose: bool = False
+    # jobs.*
+    jobs: JobsConfig = dataclasses.field(default_factory=JobsConfig)
 
 
 def parse_job_resources(text: str, defaults: dict) -> dict:

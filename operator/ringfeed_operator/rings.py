@@ -7,20 +7,28 @@ import tempfile
 import threading
 from pathlib import Path
 
+from cassandra import DriverException, OperationTimedOut
+from cassandra.cluster import NoHostAvailable
+from ringfeed.errors import RingfeedError
 from ringfeed.store import Store
 
-from ringfeed_operator import kube
-from ringfeed_operator.datasets import ring_address, tls_secret
+from ringfeed_operator.builders.ring import credentials_secret, ring_address, tls_secret
+from ringfeed_operator.kube import Kube
+
+
+# A ring that cannot answer: the data plane's errors and the Python driver's own.
+RING_ERRORS = (RingfeedError, DriverException, NoHostAvailable, OperationTimedOut)
 
 
 class StorageNotSupported(Exception):
-    pass
+    """spec.storage names a kind of ring this operator cannot reach yet (K8ssandra)."""
 
 
 class Rings:
     """Open Stores keyed by (namespace, storage spec, credentials); a failed Store is dropped and reopened."""
 
-    def __init__(self):
+    def __init__(self, kube: Kube):
+        self._kube = kube  # reads the credentials and CA Secrets a Dataset names
         self._stores: dict[tuple, Store] = {}
         self._lock = threading.Lock()
 
@@ -28,16 +36,15 @@ class Rings:
         if "external" not in storage:
             raise StorageNotSupported("spec.storage.k8ssandra: K8ssandra-provisioned rings come in a later "
                                       "Ringfeed release; use spec.storage.external")
-        external = storage["external"]
         username = password = None
-        secret = external.get("credentialsSecret")
+        secret = credentials_secret(storage)
         if secret:
-            username, password = kube.secret_values(namespace, secret["name"], secret.get("usernameKey", "username"),
-                                                    secret.get("passwordKey", "password"))
+            username, password = self._kube.secret_values(namespace, secret["name"], secret["usernameKey"],
+                                                          secret["passwordKey"])
         ca_file = None
         ca_secret = tls_secret(storage)
         if ca_secret:
-            ca_file = self._ca_file(*kube.secret_values(namespace, ca_secret["name"], ca_secret["key"]))
+            ca_file = self._ca_file(*self._kube.secret_values(namespace, ca_secret["name"], ca_secret["key"]))
         address = ring_address(storage, username, password, ca_file)
         key = (address.hosts, address.port, username, password, ca_file, address.local_dc)
         with self._lock:

@@ -1,4 +1,5 @@
-"""metav1.Condition bookkeeping for every Ringfeed status: the one place conditions are set and read."""
+"""Conditions, the one place they are set and read: metav1.Condition bookkeeping for every Ringfeed status, and the
+state of a Job from its conditions. Pure."""
 
 from __future__ import annotations
 
@@ -41,3 +42,15 @@ class Conditions:
 
     def as_list(self) -> list[dict]:
         return sorted(self._items.values(), key=lambda c: c["type"])
+
+
+def job_state(job: dict | None) -> str:
+    """missing | running | succeeded | failed, from the Job's conditions."""
+    if job is None:
+        return "missing"
+    for condition in (job.get("status") or {}).get("conditions") or ():
+        if condition.get("status") == "True" and condition["type"] in ("Complete", "SuccessCriteriaMet"):
+            return "succeeded"
+        if condition.get("status") == "True" and condition["type"] in ("Failed", "FailureTarget"):
+            return "failed"
+    return "running"

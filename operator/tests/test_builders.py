@@ -1,4 +1,4 @@
-"""The operator's pure parts: conditions, spec → data-plane objects, Job manifests, status from stored results."""
+"""The builders: spec → data-plane objects, Job manifests, status from stored results."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from ringfeed.splits.storage import StoredSplit
 from ringfeed.store import DatasetInfo
 from ringfeed.table import ColumnarTable
 
-from ringfeed_operator.conditions import Conditions
-from ringfeed_operator.datasets import (catalog_name, dataset_schema, ingest_fingerprint, ingest_summary_status,
-                                        keyspace_claim, keyspace_owner, ring_address, ring_keyspace, same_tables,
-                                        stats_status,
-                                        tls_secret)
-from ringfeed_operator.manifests import ingest_job, job_name, ring_env, split_job
-from ringfeed_operator.settings import JobSettings
-from ringfeed_operator.splits import split_arguments, split_spec, split_status
+from ringfeed_operator.builders.dataset import (catalog_name, dataset_schema, ingest_fingerprint,
+                                                ingest_summary_status, keyspace_claim, keyspace_in_use,
+                                                keyspace_owner, refresh_due, ring_keyspace, same_tables,
+                                                stats_status)
+from ringfeed_operator.builders.jobs import TTL_SECONDS_AFTER_FINISHED, ingest_job, job_name, split_job
+from ringfeed_operator.builders.ring import credentials_secret, ring_address, ring_env, tls_secret
+from ringfeed_operator.builders.split import split_arguments, split_spec, split_status
+from ringfeed_operator.config import JobsConfig
 
 DATASET = {
     "apiVersion": "ringfeed.io/v1alpha1", "kind": "Dataset",
@@ -44,22 +44,7 @@ DATASET = {
                    "format": "imagefolder", "workers": 4, "concurrency": 32, "fullDecode": True},
     },
 }
-SETTINGS = JobSettings(image="registry.example/ringfeed/dataplane:9")
-
-
-def test_conditions_keep_transition_time_until_the_status_changes():
-    old = "2000-01-01T00:00:00Z"
-    conditions = Conditions([{"type": "Ready", "status": "False", "reason": "Ingesting", "message": "waiting",
-                              "observedGeneration": 1, "lastTransitionTime": old}], generation=2)
-    conditions.set("Ready", False, "Ingesting", "still waiting")
-    assert conditions.get("Ready")["lastTransitionTime"] == old
-    assert conditions.get("Ready")["observedGeneration"] == 2 and conditions.get("Ready")["message"] == "still waiting"
-    conditions.set("Ready", True, "Ready", "done")
-    assert conditions.is_true("Ready") and conditions.reason("Ready") == "Ready"
-    assert conditions.get("Ready")["lastTransitionTime"] > old
-    conditions.set("Degraded", None, "Unknown")
-    assert [c["type"] for c in conditions.as_list()] == ["Degraded", "Ready"]
-    assert conditions.get("Degraded")["status"] == "Unknown"
+SETTINGS = JobsConfig(image="registry.example/ringfeed/dataplane:9")
 
 
 def test_dataset_spec_becomes_the_data_plane_schema():
@@ -264,3 +249,40 @@ def test_tls_puts_the_ca_secret_where_the_data_plane_reads_it():
     assert "RINGFEED_TLS_CA_FILE" not in {e["name"] for e in plain["containers"][0]["env"]}
     dataset["spec"]["storage"]["external"]["tls"]["enabled"] = False
     assert ring_address(dataset["spec"]["storage"]).tls_ca_file is None and tls_secret(dataset["spec"]["storage"]) is None
+
+
+def test_the_ring_is_read_from_spec_storage_in_one_place():
+    storage = DATASET["spec"]["storage"]
+    assert credentials_secret(storage) == {"name": "cass", "usernameKey": "user", "passwordKey": "pass"}
+    defaults = {"external": {"contactPoints": ["a"], "credentialsSecret": {"name": "cass"}}}
+    assert credentials_secret(defaults) == {"name": "cass", "usernameKey": "username", "passwordKey": "password"}
+    assert credentials_secret({"external": {"contactPoints": ["a"]}}) is None
+    assert ring_address(storage, "u", "p").hosts == ("cass-0.db", "cass-1.db")
+    assert ring_address(storage).port == 9142 and ring_address(defaults).port == 9042
+
+
+def test_a_dataset_refused_its_keyspace_is_told_whose_it_is_and_what_to_do():
+    message = keyspace_in_use("slides", ("team-a", "slides"))
+    assert message.startswith("keyspace slides on this ring belongs to Dataset team-a/slides;")
+    assert "another spec.keyspace" in message
+
+
+@pytest.mark.parametrize("last,interval,due", [
+    (None, "60s", True),
+    ("2026-11-22T10:00:00Z", "60s", False),
+    ("2026-11-22T09:59:00Z", "60s", True),
+    ("2026-11-22T09:58:00Z", "5m", False),
+    ("2026-11-22T08:59:00Z", "1h", True),
+    ("2026-11-22T09:58:30Z", "1m30s", True),
+    ("2026-11-22T09:59:30Z", "often", False),   # unreadable: 60 s
+    ("2026-11-22T09:59:30Z", "0s", False),   # zero: 60 s too
+], ids=["never-read", "just-read", "interval-passed", "minutes", "hours", "compound", "unreadable", "zero"])
+def test_catalog_figures_are_refreshed_once_older_than_the_refresh_interval(last, interval, due):
+    now = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.timezone.utc)
+    assert refresh_due(last, interval, now) is due
+
+
+def test_finished_jobs_stay_a_day():
+    job = ingest_job(DATASET, "tumour_slides", "abcd1234", SETTINGS)
+    assert job["spec"]["ttlSecondsAfterFinished"] == TTL_SECONDS_AFTER_FINISHED == 86400
+    assert job["spec"]["backoffLimit"] == SETTINGS.backoff_limit == 2

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 import ringfeed_operator
 from ringfeed_operator.cli import main
-from ringfeed_operator.settings import JobSettings, parse_job_resources
+from ringfeed_operator.config import JobsConfig, parse_job_resources
 
-DEFAULTS = JobSettings().resources
+DEFAULTS = JobsConfig().resources
 
 
 def test_job_resources_replace_the_roles_given_and_keep_the_others():

@@ -11,7 +11,7 @@ import yaml
 
 from ringfeed.schema import CATALOG_KEYSPACE, CQL_RESERVED
 
-from ringfeed_operator.settings import QUANTITY
+from ringfeed_operator.config import QUANTITY
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 

@@ -10,7 +10,7 @@ from ringfeed.splits import SplitSpec
 from ringfeed.splits.storage import StoredSplit
 from ringfeed.store import DatasetInfo
 
-from ringfeed_operator.splits import split_readiness
+from ringfeed_operator.builders.split import split_readiness
 
 DATASET_ID = uuid.uuid4()
 ON_RING = DatasetInfo(DatasetSchema("slides", (Column("path", "text"),), Encoding("png")), None, 10, 1000, {}, {},

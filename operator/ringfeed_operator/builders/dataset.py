@@ -1,14 +1,17 @@
-"""Dataset objects ↔ the data plane: spec → DatasetSchema and ring address, catalog → status. Pure."""
+"""Dataset objects ↔ the data plane: spec → DatasetSchema and keyspace claim, catalog → status. Pure."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 
-from ringfeed.connection import ClusterAddress
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.store import DatasetInfo
+
+from ringfeed_operator.builders.ring import ring_identity
 
 
 def catalog_name(name: str, spec: dict) -> str:
@@ -17,15 +20,8 @@ def catalog_name(name: str, spec: dict) -> str:
 
 
 def ring_keyspace(namespace: str, name: str, spec: dict) -> tuple:
-    """The (ring, keyspace) a Dataset's tables live in, as far as specs tell rings apart: an external ring by its
-    sorted contact points and port, a K8ssandraCluster by namespace and name."""
-    storage = spec["storage"]
-    if "external" in storage:
-        external = storage["external"]
-        ring = ("external", tuple(sorted(external["contactPoints"])), external.get("port", 9042))
-    else:
-        ring = ("k8ssandra", namespace, storage["k8ssandra"]["clusterName"])
-    return ring, catalog_name(name, spec)
+    """The (ring, keyspace) a Dataset's tables live in, as far as specs tell rings apart."""
+    return ring_identity(namespace, spec["storage"]), catalog_name(name, spec)
 
 
 def keyspace_claim(namespace: str, name: str, spec: dict, status: dict, meta: dict) -> tuple:
@@ -40,6 +36,13 @@ def keyspace_owner(claims: Iterable[tuple]) -> tuple[str, str]:
     newcomer never takes over a keyspace another Dataset holds."""
     *_, namespace, name = min(claims)
     return namespace, name
+
+
+def keyspace_in_use(keyspace: str, owner: tuple[str, str]) -> str:
+    """The Ready message of a Dataset whose keyspace another Dataset owns."""
+    return (f"keyspace {keyspace} on this ring belongs to Dataset {owner[0]}/{owner[1]}; nothing is read, written or "
+            "dropped there. Delete this Dataset and create it with another spec.keyspace (spec.keyspace is "
+            "immutable), or wait: it takes the keyspace over once the other Dataset is gone")
 
 
 def dataset_schema(name: str, spec: dict) -> DatasetSchema:
@@ -67,21 +70,6 @@ def same_tables(declared: DatasetSchema, stored: DatasetSchema) -> list[str]:
     if stored.label_names[: len(declared.label_names)] != declared.label_names:
         differences.append(f"label names: spec {list(declared.label_names)} vs ring {list(stored.label_names)}")
     return differences
-
-
-def ring_address(storage: dict, username: str | None = None, password: str | None = None,
-                 tls_ca_file: str | None = None) -> ClusterAddress:
-    external = storage["external"]
-    return ClusterAddress(tuple(external["contactPoints"]), external.get("port", 9042), username, password,
-                          tls_ca_file, external.get("localDatacenter") or None)
-
-
-def tls_secret(storage: dict) -> dict | None:
-    """{name, key} of the Secret holding the nodes' CA certificate, when the ring is reached with TLS."""
-    tls = storage.get("external", {}).get("tls") or {}
-    if not tls.get("enabled"):
-        return None
-    return {"name": tls["caSecret"]["name"], "key": tls["caSecret"].get("key", "ca.crt")}
 
 
 # What an ingest writes depends on these fields only; tuning (workers, concurrency, resources, consistency) does not
@@ -117,3 +105,16 @@ def ingest_summary_status(summary: dict | None) -> dict:
         "rejected": sum((summary.get("rejected") or {}).values()),
         "rowsPerSecond": round(summary.get("written", 0) / max(summary.get("seconds", 0), 1e-9), 1),
     }
+
+
+_DURATION = re.compile(r"(\d+)(h|m|s)")
+
+
+def refresh_due(last_refresh: str | None, refresh_interval: str, now: dt.datetime) -> bool:
+    """Whether the catalog figures, last read at status.lastRefreshTime, are older than spec.refreshInterval (a
+    duration such as 90s, 5m or 1h30m; unreadable or zero: 60 s)."""
+    if not last_refresh:
+        return True
+    read_at = dt.datetime.strptime(last_refresh, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    interval = sum(int(n) * {"h": 3600, "m": 60, "s": 1}[unit] for n, unit in _DURATION.findall(refresh_interval))
+    return (now - read_at).total_seconds() >= (interval or 60)

@@ -1,19 +1,17 @@
-"""Pure builders of the objects the operator creates: ingest and split Jobs. Same input, same manifest."""
+"""The Jobs the operator creates: ingest and split. Same input, same manifest. Pure."""
 
 from __future__ import annotations
 
-from ringfeed_operator.datasets import tls_secret
-from ringfeed_operator.settings import JobSettings
+from ringfeed_operator.builders.ring import ring_env, ring_volumes
+from ringfeed_operator.config import JobsConfig
 
-GROUP = "ringfeed.io"
-VERSION = "v1alpha1"
 LABEL_DATASET = "ringfeed.io/dataset"
 LABEL_SPLIT = "ringfeed.io/split"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "ringfeed-operator"
 SOURCE_MOUNT = "/data"
-TLS_MOUNT = "/etc/ringfeed/tls"
+TTL_SECONDS_AFTER_FINISHED = 86400  # a finished Job, its Pods and their logs stay a day
 MAX_NAME = 63  # a Job's name becomes a Pod label value
 
 
@@ -28,33 +26,7 @@ def owner_reference(body: dict) -> dict:
             "uid": body["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
-def ring_env(storage: dict) -> list[dict]:
-    """How a data-plane container finds the ring: contact points, port, and credentials from the Secret."""
-    external = storage["external"]
-    env = [{"name": "RINGFEED_HOSTS", "value": ",".join(external["contactPoints"])},
-           {"name": "RINGFEED_PORT", "value": str(external.get("port", 9042))}]
-    secret = external.get("credentialsSecret")
-    if secret:
-        for variable, key in (("RINGFEED_USERNAME", secret.get("usernameKey", "username")),
-                              ("RINGFEED_PASSWORD", secret.get("passwordKey", "password"))):
-            env.append({"name": variable, "valueFrom": {"secretKeyRef": {"name": secret["name"], "key": key}}})
-    if tls_secret(storage):
-        env.append({"name": "RINGFEED_TLS_CA_FILE", "value": f"{TLS_MOUNT}/ca.crt"})
-    if external.get("localDatacenter"):
-        env.append({"name": "RINGFEED_LOCAL_DC", "value": external["localDatacenter"]})
-    return env
-
-
-def ring_volumes(storage: dict) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts) that put the nodes' CA certificate where RINGFEED_TLS_CA_FILE points."""
-    ca = tls_secret(storage)
-    if not ca:
-        return [], []
-    volume = {"name": "ring-ca", "secret": {"secretName": ca["name"], "items": [{"key": ca["key"], "path": "ca.crt"}]}}
-    return [volume], [{"name": "ring-ca", "mountPath": TLS_MOUNT, "readOnly": True}]
-
-
-def _job(name: str, owner: dict, labels: dict, container: dict, settings: JobSettings,
+def _job(name: str, owner: dict, labels: dict, container: dict, config: JobsConfig,
          volumes: list[dict] = ()) -> dict:
     pod_spec = {
         "restartPolicy": "Never",
@@ -62,7 +34,7 @@ def _job(name: str, owner: dict, labels: dict, container: dict, settings: JobSet
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{
-            "image": settings.image, "imagePullPolicy": settings.image_pull_policy,
+            "image": config.image, "imagePullPolicy": config.image_pull_policy,
             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                 "capabilities": {"drop": ["ALL"]}},
             **container,
@@ -70,17 +42,17 @@ def _job(name: str, owner: dict, labels: dict, container: dict, settings: JobSet
         }],
         "volumes": [*volumes, {"name": "tmp", "emptyDir": {}}],
     }
-    if settings.service_account:
-        pod_spec["serviceAccountName"] = settings.service_account
+    if config.service_account:
+        pod_spec["serviceAccountName"] = config.service_account
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "labels": labels, "ownerReferences": [owner_reference(owner)]},
-        "spec": {"backoffLimit": settings.backoff_limit, "ttlSecondsAfterFinished": settings.ttl_seconds_after_finished,
+        "spec": {"backoffLimit": config.backoff_limit, "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
                  "template": {"metadata": {"labels": labels}, "spec": pod_spec}},
     }
 
 
-def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, settings: JobSettings) -> dict:
+def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, config: JobsConfig) -> dict:
     """`ringfeed ingest` of spec.ingest.source into the Dataset's tables (re-running is safe: same UUIDs)."""
     spec = dataset["spec"]
     ingest = spec["ingest"]
@@ -99,13 +71,13 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, settings: Job
     container = {
         "name": "ingest", "command": ["ringfeed"], "args": arguments, "env": ring_env(spec["storage"]),
         "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}, *tls_mounts],
-        "resources": ingest.get("resources") or settings.resources.get("ingest", {}),
+        "resources": ingest.get("resources") or config.resources.get("ingest", {}),
     }
     volume = {"name": "source", **ingest["source"]["volume"]}
-    return _job(job_name(name, "ingest", fingerprint), dataset, labels, container, settings, [volume, *tls_volumes])
+    return _job(job_name(name, "ingest", fingerprint), dataset, labels, container, config, [volume, *tls_volumes])
 
 
-def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str], settings: JobSettings) -> dict:
+def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str], config: JobsConfig) -> dict:
     """`ringfeed split create` in its own Pod: a 10M-row split needs ~17 s of CPU and GBs of memory, which the
     operator's Pod must not have to hold (see docs/operator.md)."""
     name = split["metadata"]["name"]
@@ -115,6 +87,6 @@ def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str
     container = {"name": "split", "command": ["ringfeed"],
                  "args": ["split", "create", catalog_name, name, *arguments],
                  "env": ring_env(dataset["spec"]["storage"]), "volumeMounts": tls_mounts,
-                 "resources": settings.resources.get("split", {})}
-    return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, settings,
+                 "resources": config.resources.get("split", {})}
+    return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, config,
                 tls_volumes)

@@ -1,0 +1,26 @@
+"""What every handler shares, made once at the operator's start and handed to the handlers as kopf's `memo`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ringfeed_operator.config import Config
+from ringfeed_operator.kube import Kube
+from ringfeed_operator.metrics import Metrics
+from ringfeed_operator.rings import Rings
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """The settings, the API client, the open ring connections and the metrics. kopf gives each object a shallow
+    copy: the members themselves are shared."""
+
+    config: Config
+    kube: Kube
+    rings: Rings
+    metrics: Metrics
+
+    @classmethod
+    def start(cls, config: Config) -> Context:
+        kube = Kube.connect()
+        return cls(config=config, kube=kube, rings=Rings(kube), metrics=Metrics())

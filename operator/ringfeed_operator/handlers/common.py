@@ -1,0 +1,41 @@
+"""What the handlers of every kind share: events, giving up with a Ready=False condition, opening a ring."""
+
+from __future__ import annotations
+
+import kopf
+from ringfeed.store import Store
+
+from ringfeed_operator.context import Context
+from ringfeed_operator.kube import SecretNotFound
+from ringfeed_operator.rings import RING_ERRORS, StorageNotSupported
+from ringfeed_operator.status import Conditions
+
+POLL_S = 5.0  # how often Jobs and the catalog are looked at
+
+
+def event(body: dict, reason: str, message: str, warning: bool = False) -> None:
+    kopf.event(body, type="Warning" if warning else "Normal", reason=reason, message=message[:1024])
+
+
+def give_up(patch: kopf.Patch, conditions: Conditions, generation: int, reason: str, message: str, permanent: bool,
+            delay: float = 15):
+    """Record why the object is not Ready and end the handler: permanently (the spec must change) or to retry."""
+    conditions.set("Ready", False, reason, message)
+    patch.status["conditions"] = conditions.as_list()
+    patch.status["observedGeneration"] = generation
+    if permanent:
+        raise kopf.PermanentError(message)
+    raise kopf.TemporaryError(message, delay=delay)
+
+
+def open_store(memo: Context, namespace: str, storage: dict, patch: kopf.Patch, conditions: Conditions,
+               generation: int) -> Store:
+    """The ring's Store, or give up saying why it cannot be reached."""
+    try:
+        return memo.rings.store(namespace, storage)
+    except StorageNotSupported as error:
+        give_up(patch, conditions, generation, "StorageNotSupported", str(error), permanent=True)
+    except SecretNotFound as error:
+        give_up(patch, conditions, generation, "SecretNotFound", str(error), permanent=False)
+    except RING_ERRORS as error:
+        give_up(patch, conditions, generation, "RingUnreachable", str(error), permanent=False)

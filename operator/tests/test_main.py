@@ -1,0 +1,73 @@
+"""The kopf registrations keep the handler ids an operator already running in a cluster recorded: kopf stores a
+change handler's progress in annotations under its id, passes an index under its id, and the reconcile metrics are
+labelled with it. A renamed handler would make an upgraded operator handle every object again."""
+
+from __future__ import annotations
+
+import kopf
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ringfeed_operator import main
+from ringfeed_operator.metrics import Metrics, counted
+
+# (registry, id, reason or activity, field, interval, plural, `when` filter) of every registration.
+REGISTRATIONS = {
+    ("activities", "configure", "startup", None, None, None, None),
+    ("activities", "close_connections", "cleanup", None, None, None, None),
+    ("indexing", "datasets_by_keyspace", None, None, None, "datasets", None),
+    ("indexing", "splits_by_dataset", None, None, None, "splits", None),
+    ("spawning", "watch_dataset", None, None, 5.0, "datasets", None),
+    ("spawning", "watch_split", None, None, 5.0, "splits", "job_in_progress"),
+    ("spawning", "watch_split_dataset", None, None, 30.0, "splits", "computed"),
+    ("changing", "reconcile_dataset", None, None, None, "datasets", None),   # resume
+    ("changing", "reconcile_dataset", "create", None, None, "datasets", None),
+    ("changing", "reconcile_dataset/spec", "update", ("spec",), None, "datasets", None),
+    ("changing", "delete_dataset", "delete", None, None, "datasets", None),
+    ("changing", "reconcile_split", None, None, None, "splits", None),   # resume
+    ("changing", "reconcile_split", "create", None, None, "splits", None),
+    ("changing", "delete_split", "delete", None, None, "splits", None),
+}
+
+
+def registrations() -> set[tuple]:
+    registry = kopf.get_default_registry()
+    found = set()
+    for kind in ("activities", "indexing", "spawning", "changing"):
+        for handler in getattr(registry, f"_{kind}").get_all_handlers():
+            if handler.id == "login_via_client":  # kopf's own
+                continue
+            selector = getattr(handler, "selector", None)
+            when = getattr(handler, "when", None)
+            found.add((kind, handler.id, getattr(handler, "activity", None) or getattr(handler, "reason", None),
+                       getattr(handler, "field", None), getattr(handler, "interval", None),
+                       selector.any_name if selector else None, when.__name__ if when else None))
+    return {(kind, id_, str(reason.value) if hasattr(reason, "value") else reason, *rest)
+            for kind, id_, reason, *rest in found}
+
+
+def test_handler_ids_and_registrations_are_those_of_the_running_operators():
+    assert main.ANNOTATION_PREFIX == "operator.ringfeed.io" and main.FINALIZER == "ringfeed.io/protect"
+    assert registrations() == REGISTRATIONS
+
+
+class Memo:
+    def __init__(self):
+        self.metrics = Metrics(CollectorRegistry())
+
+
+def test_handler_runs_are_counted_by_handler_id_and_result():
+    @counted("Dataset")
+    def reconcile_dataset(fail: type[Exception] | None, **_) -> None:
+        if fail:
+            raise fail("no")
+
+    memo = Memo()
+    reconcile_dataset(fail=None, memo=memo)
+    for error in (kopf.TemporaryError, ValueError):
+        with pytest.raises(error):
+            reconcile_dataset(fail=error, memo=memo)
+    samples = {s.labels["result"]: s.value for s in memo.metrics.reconciles.collect()[0].samples
+               if s.name.endswith("_total")}
+    assert samples == {"ok": 1, "retry": 1, "error": 1}
+    assert {s.labels["handler"] for s in memo.metrics.reconciles.collect()[0].samples} == {"reconcile_dataset"}

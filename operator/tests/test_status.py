@@ -1,0 +1,42 @@
+"""status.py: the conditions of Ringfeed's objects and the state of a Job, read from its conditions. Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringfeed_operator.status import Conditions, job_state
+
+
+def test_conditions_keep_transition_time_until_the_status_changes():
+    old = "2000-01-01T00:00:00Z"
+    conditions = Conditions([{"type": "Ready", "status": "False", "reason": "Ingesting", "message": "waiting",
+                              "observedGeneration": 1, "lastTransitionTime": old}], generation=2)
+    conditions.set("Ready", False, "Ingesting", "still waiting")
+    assert conditions.get("Ready")["lastTransitionTime"] == old
+    assert conditions.get("Ready")["observedGeneration"] == 2 and conditions.get("Ready")["message"] == "still waiting"
+    conditions.set("Ready", True, "Ready", "done")
+    assert conditions.is_true("Ready") and conditions.reason("Ready") == "Ready"
+    assert conditions.get("Ready")["lastTransitionTime"] > old
+    conditions.set("Degraded", None, "Unknown")
+    assert [c["type"] for c in conditions.as_list()] == ["Degraded", "Ready"]
+    assert conditions.get("Degraded")["status"] == "Unknown"
+
+
+
+def job(*conditions: tuple[str, str]) -> dict:
+    return {"status": {"conditions": [{"type": type_, "status": status} for type_, status in conditions]}}
+
+
+@pytest.mark.parametrize("observed,state", [
+    (None, "missing"),
+    ({"status": {}}, "running"),
+    (job(("Suspended", "False")), "running"),
+    (job(("Complete", "True")), "succeeded"),
+    (job(("SuccessCriteriaMet", "True")), "succeeded"),
+    (job(("FailureTarget", "True")), "failed"),   # the Job controller's first word: its Pods are still stopping
+    (job(("Failed", "True")), "failed"),
+    (job(("Failed", "False"), ("Complete", "True")), "succeeded"),
+], ids=["missing", "no-conditions", "suspended-false", "complete", "success-criteria", "failure-target", "failed",
+        "false-is-ignored"])
+def test_job_state_from_its_conditions(observed: dict | None, state: str):
+    assert job_state(observed) == state
