@@ -6,7 +6,7 @@ import dataclasses
 import click
 
 from ringfeed_operator import main as operator
-from ringfeed_operator.config import Config, JobsConfig, parse_job_resources
+from ringfeed_operator.config import Config, JobResourcesError, JobsConfig, parse_job_resources
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -55,7 +55,7 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
     if job_resources is not None:
         try:
             jobs = dataclasses.replace(jobs, resources=parse_job_resources(job_resources, jobs.resources))
-        except ValueError as error:
+        except JobResourcesError as error:
             raise click.BadParameter(str(error), param_hint="--job-resources") from None
     operator.run(Config(watch_namespaces=namespaces, metrics_port=metrics_port, health_port=health_port, bind=bind,
                         verbose=verbose, jobs=jobs))

@@ -55,30 +55,34 @@ class Config:
     jobs: JobsConfig = dataclasses.field(default_factory=JobsConfig)
 
 
+class JobResourcesError(ValueError):
+    """A `--job-resources` value (the chart's `jobs.resources`) that no Job could be created with."""
+
+
 def parse_job_resources(text: str, defaults: dict) -> dict:
     """The resources per role that `--job-resources` gives: a JSON object whose keys are roles (ingest, split) and
     whose values are ResourceRequirements (limits, requests); a role given replaces that role's defaults, a role
-    left out keeps them. Raises ValueError naming the problem, so that a bad chart value stops the operator at its
+    left out keeps them. Raises JobResourcesError naming the problem, so that a bad chart value stops the operator at its
     start instead of failing every Job it creates."""
     try:
         overrides = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"not JSON ({error})") from None
+        raise JobResourcesError(f"not JSON ({error})") from None
     if not isinstance(overrides, dict):
-        raise ValueError(f"give a JSON object with keys among {', '.join(JOB_ROLES)}, not {text!r}")
+        raise JobResourcesError(f"give a JSON object with keys among {', '.join(JOB_ROLES)}, not {text!r}")
     for role, requirements in overrides.items():
         if role not in JOB_ROLES:
-            raise ValueError(f"unknown role {role!r}: the roles are {', '.join(JOB_ROLES)}")
+            raise JobResourcesError(f"unknown role {role!r}: the roles are {', '.join(JOB_ROLES)}")
         if not isinstance(requirements, dict):
-            raise ValueError(f"{role}: give an object with {' and/or '.join(RESOURCE_SECTIONS)}")
+            raise JobResourcesError(f"{role}: give an object with {' and/or '.join(RESOURCE_SECTIONS)}")
         for section, quantities in requirements.items():
             if section not in RESOURCE_SECTIONS:
-                raise ValueError(f"{role}: unknown field {section!r} (fields: {', '.join(RESOURCE_SECTIONS)})")
+                raise JobResourcesError(f"{role}: unknown field {section!r} (fields: {', '.join(RESOURCE_SECTIONS)})")
             if not isinstance(quantities, dict):
-                raise ValueError(f"{role}.{section}: give an object of resource quantities, e.g. {{\"memory\": "
+                raise JobResourcesError(f"{role}.{section}: give an object of resource quantities, e.g. {{\"memory\": "
                                  "\"4Gi\"}")
             for resource, quantity in quantities.items():
                 if isinstance(quantity, bool) or not QUANTITY.match(str(quantity)):
-                    raise ValueError(f"{role}.{section}.{resource}: {quantity!r} is not a quantity (e.g. 500m, 2, "
+                    raise JobResourcesError(f"{role}.{section}.{resource}: {quantity!r} is not a quantity (e.g. 500m, 2, "
                                      "4Gi)")
     return {**defaults, **overrides}

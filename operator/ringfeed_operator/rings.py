@@ -15,7 +15,6 @@ from ringfeed.store import Store
 from ringfeed_operator.builders.ring import credentials_secret, ring_address, tls_secret
 from ringfeed_operator.kube import Kube
 
-
 # A ring that cannot answer: the data plane's errors and the Python driver's own.
 RING_ERRORS = (RingfeedError, DriverException, NoHostAvailable, OperationTimedOut)
 

@@ -8,8 +8,7 @@ import uuid
 
 import numpy as np
 import pytest
-
-from ringfeed.cli.splits import split_create, spec_from_options
+from ringfeed.cli.splits import spec_from_options, split_create
 from ringfeed.errors import RingfeedError
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec
@@ -18,11 +17,19 @@ from ringfeed.splits.spec import Filter
 from ringfeed.splits.storage import StoredSplit
 from ringfeed.store import DatasetInfo
 from ringfeed.table import ColumnarTable
-
-from ringfeed_operator.builders.dataset import (catalog_name, dataset_schema, ingest_fingerprint,
-                                                ingest_summary_status, keyspace_claim, keyspace_in_use,
-                                                keyspace_owner, refresh_due, ring_keyspace, same_tables,
-                                                stats_status)
+from ringfeed_operator.builders.dataset import (
+    catalog_name,
+    dataset_schema,
+    ingest_fingerprint,
+    ingest_summary_status,
+    keyspace_claim,
+    keyspace_in_use,
+    keyspace_owner,
+    refresh_due,
+    ring_keyspace,
+    same_tables,
+    stats_status,
+)
 from ringfeed_operator.builders.jobs import TTL_SECONDS_AFTER_FINISHED, ingest_job, job_name, split_job
 from ringfeed_operator.builders.ring import credentials_secret, ring_address, ring_env, tls_secret
 from ringfeed_operator.builders.split import split_arguments, split_spec, split_status
@@ -278,7 +285,7 @@ def test_a_dataset_refused_its_keyspace_is_told_whose_it_is_and_what_to_do():
     ("2026-11-22T09:59:30Z", "0s", False),   # zero: 60 s too
 ], ids=["never-read", "just-read", "interval-passed", "minutes", "hours", "compound", "unreadable", "zero"])
 def test_catalog_figures_are_refreshed_once_older_than_the_refresh_interval(last, interval, due):
-    now = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
     assert refresh_due(last, interval, now) is due
 
 

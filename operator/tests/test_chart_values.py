@@ -14,7 +14,7 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "ringfeed"
 VALUES_TEXT = (CHART / "values.yaml").read_text()
 VALUES = yaml.safe_load(VALUES_TEXT)
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
-PARAMS = dict(re.findall(r"^\s*## @param (\S+) (.+)$", VALUES_TEXT, re.M))
+PARAMS = dict(re.findall(r"^\s*## @param (\S+) (.+)$", VALUES_TEXT, re.MULTILINE))
 
 
 def leaves(node: object, prefix: str = "") -> dict[str, object]:
@@ -58,7 +58,7 @@ def test_the_schema_forbids_keys_it_does_not_describe():
 
 def test_the_readme_table_lists_every_value_with_its_description_and_default():
     readme = (CHART / "README.md").read_text()
-    rows = re.findall(r"^\| `([^`]+)` \| (.+) \| `(.*)` \|$", readme, re.M)
+    rows = re.findall(r"^\| `([^`]+)` \| (.+) \| `(.*)` \|$", readme, re.MULTILINE)
     defaults = leaves(VALUES)
     assert [name for name, _, _ in rows] == list(PARAMS), "README rows must follow values.yaml's order"
     for name, description, default in rows:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
-
 import ringfeed_operator
+from click.testing import CliRunner
 from ringfeed_operator.cli import main
 from ringfeed_operator.config import JobsConfig, parse_job_resources
 

@@ -8,9 +8,7 @@ import re
 from pathlib import Path
 
 import yaml
-
 from ringfeed.schema import CATALOG_KEYSPACE, CQL_RESERVED
-
 from ringfeed_operator.config import QUANTITY
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
@@ -33,7 +31,7 @@ def walk(node: object, path: str = ""):
 
 def listed_words(rule: str) -> set[str]:
     """The words of the rule's `in [...]` list."""
-    return set(re.findall(r"'([a-z_]+)'", re.search(r" in \[(.*?)\]", rule, re.S).group(1)))
+    return set(re.findall(r"'([a-z_]+)'", re.search(r" in \[(.*?)\]", rule, re.DOTALL).group(1)))
 
 
 def test_names_refused_as_cql_keywords_are_the_data_planes():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import kopf
 import pytest
 from prometheus_client import CollectorRegistry
-
 from ringfeed_operator import main
 from ringfeed_operator.metrics import Metrics, counted
 

@@ -9,7 +9,6 @@ from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec
 from ringfeed.splits.storage import StoredSplit
 from ringfeed.store import DatasetInfo
-
 from ringfeed_operator.builders.split import split_readiness
 
 DATASET_ID = uuid.uuid4()

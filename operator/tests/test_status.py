@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ringfeed_operator.status import Conditions, job_state
 
 

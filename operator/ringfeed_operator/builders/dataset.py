@@ -115,6 +115,6 @@ def refresh_due(last_refresh: str | None, refresh_interval: str, now: dt.datetim
     duration such as 90s, 5m or 1h30m; unreadable or zero: 60 s)."""
     if not last_refresh:
         return True
-    read_at = dt.datetime.strptime(last_refresh, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    read_at = dt.datetime.strptime(last_refresh, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
     interval = sum(int(n) * {"h": 3600, "m": 60, "s": 1}[unit] for n, unit in _DURATION.findall(refresh_interval))
     return (now - read_at).total_seconds() >= (interval or 60)

@@ -15,10 +15,19 @@ import kopf
 from ringfeed.errors import DatasetNotFound, RingfeedError
 from ringfeed.store import Store
 
-from ringfeed_operator.builders.dataset import (catalog_name, dataset_schema, ingest_fingerprint,
-                                                ingest_summary_status, keyspace_claim, keyspace_in_use,
-                                                keyspace_owner, refresh_due, ring_keyspace, same_tables,
-                                                stats_status)
+from ringfeed_operator.builders.dataset import (
+    catalog_name,
+    dataset_schema,
+    ingest_fingerprint,
+    ingest_summary_status,
+    keyspace_claim,
+    keyspace_in_use,
+    keyspace_owner,
+    refresh_due,
+    ring_keyspace,
+    same_tables,
+    stats_status,
+)
 from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, job_name
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import event, give_up, open_store
@@ -187,7 +196,7 @@ def _refresh_stats(name, namespace, spec, status, store: Store, memo: Context, p
                    force: bool, finished_ingest: dict | None) -> str:
     """Catalog figures into status when forced or older than spec.refreshInterval → done | skipped | failed."""
     if not force and not refresh_due(status.get("lastRefreshTime"), spec.get("refreshInterval", "60s"),
-                                     dt.datetime.now(dt.timezone.utc)):
+                                     dt.datetime.now(dt.UTC)):
         return "skipped"
     try:
         info = store.info(catalog_name(name, spec))

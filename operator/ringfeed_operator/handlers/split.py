@@ -11,7 +11,13 @@ from ringfeed.splits.storage import SplitNotFound, get_split, list_splits
 
 from ringfeed_operator.builders.dataset import catalog_name
 from ringfeed_operator.builders.jobs import split_job
-from ringfeed_operator.builders.split import computed_message, split_arguments, split_readiness, split_spec, split_status
+from ringfeed_operator.builders.split import (
+    computed_message,
+    split_arguments,
+    split_readiness,
+    split_spec,
+    split_status,
+)
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import POLL_S, event, give_up, open_store
 from ringfeed_operator.kube import JobRejected, SecretNotFound
