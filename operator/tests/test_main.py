@@ -8,6 +8,8 @@ import kopf
 import pytest
 from prometheus_client import CollectorRegistry
 from ringfeed_operator import main
+from ringfeed_operator.config import Config
+from ringfeed_operator.context import Context
 from ringfeed_operator.metrics import Metrics, counted
 
 # (registry, id, reason or activity, field, interval, plural, `when` filter) of every registration.
@@ -50,23 +52,36 @@ def test_handler_ids_and_registrations_are_those_of_the_running_operators():
     assert registrations() == REGISTRATIONS
 
 
-class Memo:
-    def __init__(self):
-        self.metrics = Metrics(CollectorRegistry())
-
-
 def test_handler_runs_are_counted_by_handler_id_and_result():
     @counted("Dataset")
     def reconcile_dataset(fail: type[Exception] | None, **_) -> None:
         if fail:
             raise fail("no")
 
-    memo = Memo()
+    registry = CollectorRegistry()
+    memo = Context(config=Config(), kube=None, rings=None, metrics=Metrics(registry))
     reconcile_dataset(fail=None, memo=memo)
     for error in (kopf.TemporaryError, ValueError):
         with pytest.raises(error):
             reconcile_dataset(fail=error, memo=memo)
-    samples = {s.labels["result"]: s.value for s in memo.metrics.reconciles.collect()[0].samples
-               if s.name.endswith("_total")}
-    assert samples == {"ok": 1, "retry": 1, "error": 1}
-    assert {s.labels["handler"] for s in memo.metrics.reconciles.collect()[0].samples} == {"reconcile_dataset"}
+    for result in ("ok", "retry", "error"):
+        assert registry.get_sample_value("ringfeed_operator_reconciles_total", {
+            "kind": "Dataset", "handler": "reconcile_dataset", "result": result}) == 1
+
+
+def test_a_registration_hands_kopfs_kwargs_to_its_kinds_handler():
+    """An invalid spec ends reconcile_dataset before any API or ring call: Ready=False InvalidSpec, counted."""
+    spec = {"storage": {"external": {"contactPoints": ["ring"]}},
+            "schema": {"naturalKeys": [{"name": "score", "type": "double"}], "encoding": {"kind": "png"}}}
+    registry = CollectorRegistry()
+    memo = Context(config=Config(), kube=None, rings=None, metrics=Metrics(registry))
+    patch = kopf.Patch()
+    with pytest.raises(kopf.PermanentError, match="natural key 'score'"):
+        main.reconcile_dataset(name="slides", namespace="ml", spec=spec, status={},
+                               meta={"generation": 2, "creationTimestamp": "2026-11-22T10:00:00Z"}, body={},
+                               memo=memo, patch=patch, splits_by_dataset={}, datasets_by_keyspace={}, logger=None)
+    [ready] = patch.status["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "InvalidSpec")
+    assert patch.status["observedGeneration"] == 2
+    assert registry.get_sample_value("ringfeed_operator_reconciles_total",
+                                     {"kind": "Dataset", "handler": "reconcile_dataset", "result": "error"}) == 1

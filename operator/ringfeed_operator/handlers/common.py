@@ -11,6 +11,8 @@ from ringfeed_operator.rings import RING_ERRORS, StorageNotSupported
 from ringfeed_operator.status import Conditions
 
 POLL_S = 5.0  # how often Jobs and the catalog are looked at
+# Why a ring's Store cannot be had: no such kind of ring yet, a Secret missing, or the ring not answering.
+STORE_ERRORS = (StorageNotSupported, SecretNotFound, *RING_ERRORS)
 
 
 def event(body: dict, reason: str, message: str, warning: bool = False) -> None:

@@ -30,9 +30,9 @@ from ringfeed_operator.builders.dataset import (
 )
 from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, job_name
 from ringfeed_operator.context import Context
-from ringfeed_operator.handlers.common import event, give_up, open_store
+from ringfeed_operator.handlers.common import STORE_ERRORS, event, give_up, open_store
 from ringfeed_operator.kube import JobRejected, SecretNotFound
-from ringfeed_operator.rings import RING_ERRORS, StorageNotSupported
+from ringfeed_operator.rings import RING_ERRORS
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
 
 PERMANENT_REASONS = frozenset({"InvalidSpec", "StorageNotSupported", "SchemaMismatch"})
@@ -137,7 +137,7 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
         return
     try:
         store = memo.rings.store(namespace, spec["storage"])
-    except (SecretNotFound, StorageNotSupported, *RING_ERRORS) as error:
+    except STORE_ERRORS as error:
         reason = "SecretNotFound" if isinstance(error, SecretNotFound) else "RingUnreachable"
         conditions.set("Degraded", True, reason, str(error))
         patch.status["conditions"] = conditions.as_list()
@@ -239,7 +239,7 @@ def delete(name: str, namespace: str, spec: dict, status: dict, meta: dict, body
         memo.rings.store(namespace, spec["storage"]).drop_dataset(catalog_name(name, spec), force=True)
     except DatasetNotFound:
         return
-    except (SecretNotFound, StorageNotSupported, *RING_ERRORS) as error:
+    except STORE_ERRORS as error:
         message = f"deletionPolicy Delete: cannot drop keyspace {status['keyspace']}: {error}"
         if retry + 1 >= DROP_ATTEMPTS:  # never hold the object (and its namespace) forever
             event(body, "DeleteFailed", f"{message}; giving up after {DROP_ATTEMPTS} attempts, the keyspace stays",

@@ -19,9 +19,9 @@ from ringfeed_operator.builders.split import (
     split_status,
 )
 from ringfeed_operator.context import Context
-from ringfeed_operator.handlers.common import POLL_S, event, give_up, open_store
-from ringfeed_operator.kube import JobRejected, SecretNotFound
-from ringfeed_operator.rings import RING_ERRORS, StorageNotSupported
+from ringfeed_operator.handlers.common import POLL_S, STORE_ERRORS, event, give_up, open_store
+from ringfeed_operator.kube import JobRejected
+from ringfeed_operator.rings import RING_ERRORS
 from ringfeed_operator.status import Conditions, job_state
 
 DATASET_CHECK_S = 30.0  # how often a computed Split checks that its Dataset and stored version are still there
@@ -136,7 +136,7 @@ def watch_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dic
         catalog = catalog_name(spec["dataset"], dataset["spec"])
         try:
             store = memo.rings.store(namespace, dataset["spec"]["storage"])
-        except (SecretNotFound, StorageNotSupported, *RING_ERRORS):
+        except STORE_ERRORS:
             return  # the Dataset reports why its ring cannot be reached; look again at the next tick
         try:
             on_ring = store.info(catalog)
