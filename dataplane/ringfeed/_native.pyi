@@ -6,9 +6,22 @@ Network waits release the GIL and wake every 100 ms so that Ctrl-C (KeyboardInte
 from collections.abc import Callable, Iterable
 from typing import Any, TypedDict
 
-class WriteError(RuntimeError):
-    """Rows failed after all retries. Raised by ``BulkWriter.flush``; the message gives the number of
-    failed rows and the first error."""
+class RingError(RuntimeError):
+    """A request to the ring failed (after its retries, where it had some); the subclasses below say why.
+    ``ringfeed.errors.ring_error`` turns each into the user-facing RingfeedError of its kind."""
+
+class Timeout(RingError):
+    """The ring did not answer in time (client or server timeout, overloaded node)."""
+
+class Rejected(RingError):
+    """The ring rejected a statement, or answered with other columns than asked (a table or column unknown or
+    changed): retrying cannot help."""
+
+class Unreachable(ConnectionError):
+    """No node could be reached, connections broke, or too few replicas are alive."""
+
+class AuthenticationFailed(ConnectionError):
+    """The ring refused the credentials (or asked for some and none were given)."""
 
 class WriterStats(TypedDict):
     rows: int
@@ -52,11 +65,12 @@ class Session:
 
         ``consistency`` is one of ONE, TWO, LOCAL_ONE, QUORUM, LOCAL_QUORUM, ALL. With ``tls_ca_file`` (PEM) every
         connection uses TLS; a node's certificate must be signed by that CA and name the node's IP address.
-        Raises ConnectionError (one-line message) if no host answers, ValueError for a bad argument.
+        Raises Unreachable or AuthenticationFailed (one-line message) if it cannot connect, ConnectionError for a
+        datacenter without nodes, ValueError for a bad argument.
         """
 
     def prepare(self, cql: str) -> PreparedStatement:
-        """Prepares ``cql`` (GIL released). Raises RuntimeError if the ring rejects it."""
+        """Prepares ``cql`` (GIL released). Raises Rejected if the ring rejects it (another RingError when it fails)."""
 
     def scan(
         self,
@@ -82,7 +96,7 @@ class Session:
         double), "bool" (1 byte), "text" (int32 codes into ``dictionary``, -1 for null; text, ascii).
         ``nulls`` is one byte per row (1 = null, value zeroed) when the column has any null, else None.
         Raises ValueError for names that are not plain identifiers or unsupported column types,
-        RuntimeError when a slice fails for good. ``ringfeed.table.scan_table`` wraps it in numpy.
+        a RingError by kind when a slice fails for good. ``ringfeed.table.scan_table`` wraps it in numpy.
         """
 
     def writer(self, concurrency: int = 64, max_retries: int = 8) -> BulkWriter:
@@ -137,8 +151,6 @@ class FetchedBatch:
     """Positions whose UUID has no row."""
     corrupt: list[tuple[int, str]]
     """(position, reason) of samples that could not be decoded."""
-    retries: int
-    """Requests retried after a transient failure (timeouts, broken connections, unavailable replicas)."""
 
 class Fetcher:
     """Reads batches of samples by UUID with many requests in flight; decodes without the GIL."""
@@ -150,8 +162,13 @@ class Fetcher:
         """Waits (GIL released) for batch ``ticket``, or for the first batch to complete when None.
 
         A transient failure of a read is retried with backoff up to ``max_retries`` times; after that, or for any
-        other error, raises RuntimeError naming the sample.
+        other error, raises the RingError of its kind (Unreachable, Timeout, …) naming the sample.
         """
+
+    @property
+    def retries(self) -> int:
+        """Requests retried after a transient failure (timeouts, broken connections, unavailable replicas) since
+        this fetcher was made, counted as they happen: those of a batch that then failed count too."""
 
 def decode_image(encoded: bytes, height: int, width: int, channels: int = 3, crop: bool = True) -> Buffer:
     """The loader's decoder on one JPEG/PNG: uint8 (height, width, channels). Raises ValueError if it cannot."""
@@ -189,9 +206,10 @@ class BulkWriter:
     def flush(self) -> int:
         """Waits (GIL released) until everything submitted is written or has failed.
 
-        Returns the rows written since the last flush; raises WriteError if any row failed, e.g.
-        "1981 of 3000 rows failed (1980 not sent after the first failure); first error, after up to
-        8 retries: ...". Either way the counts start again from zero and the writer sends again.
+        Returns the rows written since the last flush; if any row failed, raises the RingError of the first
+        failure's kind (Unreachable, Timeout, …), e.g. "1981 of 3000 rows failed (1980 not sent after the first
+        failure); first error, after up to 8 retries: ...". Either way the counts start again from zero and the
+        writer sends again.
         """
 
     def stats(self) -> WriterStats:

@@ -37,13 +37,19 @@ class ClusterAddress:
             local_dc=os.environ.get("RINGFEED_LOCAL_DC") or None,
         )
 
+    @property
+    def where(self) -> str:
+        """The contact points as ``host:port, …``, for messages."""
+        return ", ".join(f"{host}:{self.port}" for host in self.hosts)
+
     def native_session(self, consistency: str = "ONE"):
-        """A native session (``ringfeed._native.Session``) to this ring; RingfeedError when it cannot connect."""
+        """A native session (``ringfeed._native.Session``) to this ring; RingUnavailable or AuthenticationFailed
+        (RingfeedError) when it cannot connect."""
         from ringfeed import _native
-        from ringfeed.errors import RingfeedError
+        from ringfeed.errors import ring_error, ring_failures
 
         try:
             return _native.Session(list(self.hosts), self.port, self.username, self.password, consistency,
                                    tls_ca_file=self.tls_ca_file, local_dc=self.local_dc or None)
-        except ConnectionError as exc:
-            raise RingfeedError(str(exc)) from None
+        except ring_failures() as exc:
+            raise ring_error(exc, f"connecting to {self.where}") from None

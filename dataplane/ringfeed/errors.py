@@ -1,9 +1,103 @@
-"""Errors that reach users: each carries a one-line message that names the problem."""
+"""Errors that reach users: each carries a one-line message that says what happened and what to do.
+
+Failures of the ring come from two clients, the native extension (``ringfeed._native``: one exception class per kind
+of failure) and the Python driver (control path); ``ring_error`` turns either into the subclass below that names
+the kind, in one place.
+"""
+
+from __future__ import annotations
 
 
 class RingfeedError(Exception):
     """A user-facing failure; the CLI prints its message on one line and exits non-zero."""
 
 
+class RingUnavailable(RingfeedError):
+    """No node of the ring answered, connections broke, or too few replicas are alive."""
+
+
+class AuthenticationFailed(RingfeedError):
+    """The ring refused the credentials (or needs some and none were given)."""
+
+
+class RingTimeout(RingfeedError):
+    """The ring did not answer in time (overloaded, or a node stalls)."""
+
+
+class SchemaMismatch(RingfeedError):
+    """Data or tables do not have the shape the dataset's schema says."""
+
+
 class DatasetNotFound(RingfeedError):
     pass
+
+
+class SplitNotFound(RingfeedError):
+    pass
+
+
+class PartNotFound(RingfeedError):
+    pass
+
+
+class SampleNotFound(RingfeedError):
+    pass
+
+
+CREDENTIALS_HINT = "check --username/--password (RINGFEED_USERNAME/RINGFEED_PASSWORD)"
+RING_DOWN_HINT = ("is the ring up and --hosts (RINGFEED_HOSTS) right? (`ringfeed local status` shows a local ring, "
+                  "`ringfeed local up` starts one)")
+
+
+def ring_failures() -> tuple[type[BaseException], ...]:
+    """The exception classes that ``ring_error`` translates."""
+    import cassandra
+    from cassandra.cluster import NoHostAvailable
+
+    from ringfeed import _native
+
+    return _native.RingError, ConnectionError, NoHostAvailable, cassandra.DriverException
+
+
+def ring_error(exc: BaseException, doing: str) -> RingfeedError:
+    """The RingfeedError for a failure of the ring while ``doing`` something (e.g. "reading demo.data_by_uuid")."""
+    import cassandra
+    from cassandra.cluster import NoHostAvailable
+
+    from ringfeed import _native
+
+    detail = _one_line(exc)
+    if isinstance(exc, RingfeedError):
+        return exc
+    if isinstance(exc, NoHostAvailable):
+        causes = list((exc.errors or {}).values())
+        if causes and all(isinstance(cause, cassandra.AuthenticationFailed) for cause in causes):
+            return AuthenticationFailed(f"{doing}: the ring refused the credentials ({_one_line(causes[0])}); "
+                                        f"{CREDENTIALS_HINT}")
+        return RingUnavailable(f"{doing}: cannot reach Cassandra ({_first_cause(exc)}); {RING_DOWN_HINT}")
+    if isinstance(exc, (_native.AuthenticationFailed, cassandra.AuthenticationFailed, cassandra.Unauthorized)):
+        return AuthenticationFailed(f"{doing}: the ring refused the credentials or their permissions ({detail}); "
+                                    f"{CREDENTIALS_HINT}")
+    if isinstance(exc, (_native.Unreachable, cassandra.Unavailable)):
+        return RingUnavailable(f"{doing}: cannot reach Cassandra, or too few replicas are up ({detail}); "
+                               f"{RING_DOWN_HINT}")
+    if isinstance(exc, (_native.Timeout, cassandra.OperationTimedOut, cassandra.Timeout)):
+        return RingTimeout(f"{doing}: the ring did not answer in time ({detail}); it may be overloaded or a node "
+                           "failing: run it again, with less concurrency if it persists")
+    if isinstance(exc, (_native.Rejected, cassandra.RequestValidationException)):
+        return SchemaMismatch(f"{doing}: the ring rejected the request ({detail}); the tables no longer match the "
+                              "dataset's schema (changed outside Ringfeed?): restore them, or drop and re-create "
+                              "the dataset")
+    if isinstance(exc, ConnectionError):  # native connect problems of configuration (TLS, datacenter)
+        return RingUnavailable(f"{doing}: {detail}")
+    return RingfeedError(f"{doing}: the ring failed ({detail}); run it again once the ring is healthy")
+
+
+def _first_cause(exc) -> str:
+    causes = list((getattr(exc, "errors", None) or {}).values())
+    return _one_line(causes[0] if causes else exc)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]

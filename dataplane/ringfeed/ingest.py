@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from ringfeed.errors import RingfeedError
+from ringfeed.errors import ring_error, ring_failures
 from ringfeed.ids import sample_uuid
 from ringfeed.schema import DatasetSchema, convert_value
 from ringfeed.sources import Rejection, SourceSample, open_source
@@ -52,6 +52,8 @@ class IngestSummary:
     inputs: int = 0
     written: int = 0
     bytes: int = 0
+    retries: int = 0
+    """Writes retried after a transient failure (timeouts, unavailable replicas, broken connections)."""
     label_counts: Counter = dataclasses.field(default_factory=Counter)
     rejected: Counter = dataclasses.field(default_factory=Counter)
     examples: list[tuple[str, str]] = dataclasses.field(default_factory=list)
@@ -69,7 +71,8 @@ class IngestSummary:
     def to_dict(self) -> dict:
         return {
             "dataset": self.dataset, "source": self.source, "inputs": self.inputs, "written": self.written,
-            "bytes": self.bytes, "label_counts": {str(k): v for k, v in sorted(self.label_counts.items())},
+            "bytes": self.bytes, "retries": self.retries,
+            "label_counts": {str(k): v for k, v in sorted(self.label_counts.items())},
             "rejected": dict(self.rejected), "examples": self.examples, "seconds": round(self.seconds, 3),
         }
 
@@ -126,16 +129,17 @@ class _ChunkBuilder:
 
 def ingest(store: Store, dataset: str, source_path: str, options: IngestOptions = IngestOptions(),
            progress: IngestProgress | None = None) -> IngestSummary:
-    """Ingest every sample of ``source_path`` into ``dataset``; returns what was written and what was rejected."""
-    from ringfeed import _native
-
+    """Ingest every sample of ``source_path`` into ``dataset``; returns what was written and what was rejected.
+    A failure of the ring stops it with the RingfeedError of its kind (RingUnavailable, RingTimeout, …)."""
     schema = store.schema(dataset)
     source = open_source(source_path, schema, options.format, options.path_column, options.label_column)
     if source.label_names and source.label_names != schema.label_names:
         schema = store.set_label_names(dataset, source.label_names)
-    address = store.address
-    session = address.native_session(options.consistency)
-    statements = {table: session.prepare(cql) for table, cql in schema.insert_statements().items()}
+    session = store.address.native_session(options.consistency)
+    try:
+        statements = {table: session.prepare(cql) for table, cql in schema.insert_statements().items()}
+    except ring_failures() as exc:
+        raise ring_error(exc, f"ingest into {dataset!r}") from None
     writer = session.writer(concurrency=options.concurrency)
     builder = _ChunkBuilder(schema, options)
     summary = IngestSummary(dataset, str(source_path))
@@ -153,12 +157,15 @@ def ingest(store: Store, dataset: str, source_path: str, options: IngestOptions 
             while pending:
                 _write(pending.popleft().result(), writer, statements, summary, progress)
             writer.flush()
-        except _native.WriteError as exc:
-            raise RingfeedError(f"ingest of {dataset!r} interrupted: {exc}. Re-run the same command to finish "
-                                "it: re-ingesting rewrites the same rows, nothing is duplicated") from None
+        except ring_failures() as exc:
+            written = writer.stats()
+            raise ring_error(exc, f"ingest of {dataset!r} interrupted after {written['rows']:,} rows written and "
+                                  f"{written['retries']:,} retries (re-run the same command to finish it: "
+                                  "re-ingesting rewrites the same rows, nothing is duplicated)") from None
         finally:
             for future in pending:
                 future.cancel()
+            summary.retries = writer.stats()["retries"]
     summary.seconds = time.monotonic() - started
     store.record_ingest(dataset, summary.to_dict())
     return summary

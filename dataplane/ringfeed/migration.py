@@ -22,7 +22,7 @@ import uuid
 
 import numpy as np
 
-from ringfeed.errors import RingfeedError
+from ringfeed.errors import RingfeedError, ring_error, ring_failures
 from ringfeed.schema import CATALOG_KEYSPACE, METADATA_BY_NAT, MIGRATION_TABLE, DatasetSchema
 from ringfeed.splits.storage import adopt_splits
 from ringfeed.store import Store
@@ -129,14 +129,12 @@ def _served_labels(store: Store, schema: DatasetSchema, samples: set[bytes]) -> 
 def _scan(session, schema: DatasetSchema, table: str, key: list[str], columns: list[str]) -> ColumnarTable:
     try:
         return scan_table(session, schema.keyspace, table, key, columns)
-    except RuntimeError as exc:
-        raise RingfeedError(f"migration of {schema.name!r}: cannot read {schema.keyspace}.{table} ({exc}); "
-                            "run it again once the ring is healthy") from None
+    except ring_failures() as exc:
+        raise ring_error(exc, f"migration of {schema.name!r}, reading {schema.keyspace}.{table} (run it again "
+                              "once the ring is healthy)") from None
 
 
 def _write(session, schema: DatasetSchema, table: str, rows: ColumnarTable, index: np.ndarray) -> None:
-    from ringfeed import _native
-
     statement = session.prepare(schema.metadata_insert(table))
     writer = session.writer()
     columns = schema.metadata_row_columns
@@ -144,8 +142,8 @@ def _write(session, schema: DatasetSchema, table: str, rows: ColumnarTable, inde
         writer.submit(statement, _tuples(rows, columns, index[start: start + WRITE_SLICE_ROWS]))
     try:
         writer.flush()
-    except _native.WriteError as exc:
-        raise RingfeedError(f"migration of {schema.name!r} interrupted: {exc}. Run it again to finish it") from None
+    except ring_failures() as exc:
+        raise ring_error(exc, f"migration of {schema.name!r} interrupted (run it again to finish it)") from None
 
 
 def _tuples(table: ColumnarTable, columns: list[str], index: np.ndarray) -> list[tuple]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ringfeed.errors import RingfeedError
+from ringfeed.errors import RingfeedError, SchemaMismatch
 from ringfeed.schema import DatasetSchema
 
 FORMATS = ("auto", "imagefolder", "manifest", "webdataset")
@@ -88,7 +88,7 @@ def _detect_format(path: Path) -> str:
 def _require_fields(schema: DatasetSchema, available: set[str], what: str) -> None:
     missing = [c.name for c in schema.columns if c.name not in available]
     if missing:
-        raise RingfeedError(f"{what} does not match dataset {schema.name!r}: missing column(s) "
+        raise SchemaMismatch(f"{what} does not match dataset {schema.name!r}: missing column(s) "
                             f"{', '.join(missing)} (it has: {', '.join(sorted(available)) or 'none'})")
 
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ringfeed.connection import ClusterAddress
-from ringfeed.errors import DatasetNotFound, RingfeedError
+from ringfeed.errors import (DatasetNotFound, RingfeedError, RingUnavailable, SampleNotFound, SchemaMismatch,
+                             ring_error, ring_failures)
 from ringfeed.schema import CATALOG_KEYSPACE, METADATA_BY_NAT, DatasetSchema, catalog_ddl
 from ringfeed.table import ColumnarTable, scan_table
 
@@ -45,13 +46,25 @@ class DatasetInfo:
     """Made with the dataset and recorded by its splits; None for a dataset that needs `ringfeed dataset migrate`."""
 
 
+@dataclasses.dataclass(frozen=True)
+class SampleRecord:
+    """One stored sample: its identity, label and bytes, and (where known) its natural keys and metadata."""
+
+    uuid: uuid.UUID
+    label: int
+    data: bytes
+    fields: dict[str, object] | None
+    """Natural-key and metadata values by column; None when looked up by UUID in a dataset without
+    ``metadata_by_uuid``."""
+
+
 class Store:
     """A connection to one ring, and the datasets it holds."""
 
     def __init__(self, address: ClusterAddress | None = None, connect_timeout_s: float = 10):
         from cassandra import ConsistencyLevel
         from cassandra.auth import PlainTextAuthProvider
-        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
         from cassandra.policies import (ConstantReconnectionPolicy, DCAwareRoundRobinPolicy, RoundRobinPolicy,
                                         TokenAwarePolicy)
         from cassandra.query import tuple_factory
@@ -80,16 +93,15 @@ class Store:
         )
         try:
             self.session = self._cluster.connect()
-        except NoHostAvailable as exc:
+        except ring_failures() as exc:
             # A local datacenter without nodes leaves no host to connect to: say so rather than "unreachable".
             problem = self._unknown_datacenter()
             self._cluster.shutdown()
-            where = ", ".join(f"{h}:{self.address.port}" for h in self.address.hosts)
-            raise RingfeedError(problem or f"cannot reach Cassandra at {where} ({_first_error(exc)}); "
-                                           "is the ring up? (`ringfeed local up` starts a local one)") from None
+            raise (RingUnavailable(problem) if problem else ring_error(exc, f"connecting to {self.address.where}")
+                   ) from None
         if problem := self._unknown_datacenter():
             self._cluster.shutdown()
-            raise RingfeedError(problem)
+            raise RingUnavailable(problem)
 
     def _unknown_datacenter(self) -> str | None:
         """The error when the local datacenter has no node the driver saw (None: fine, or nothing seen)."""
@@ -122,7 +134,7 @@ class Store:
         existing = self._catalog_row(schema.name)
         if existing is not None:
             if DatasetSchema.from_json(existing[2]) != schema:
-                raise RingfeedError(f"dataset {schema.name!r} already exists with a different schema; "
+                raise SchemaMismatch(f"dataset {schema.name!r} already exists with a different schema; "
                                     "drop it first or choose another name")
             return False
         for statement in schema.ddl():
@@ -203,14 +215,46 @@ class Store:
                              (updated.to_json(), name))
         return updated
 
-    def sample(self, name: str, sample_id: uuid.UUID) -> tuple[int, bytes]:
-        """(label, bytes) of one sample."""
+    def sample(self, name: str, sample_id: uuid.UUID) -> SampleRecord:
+        """One sample by UUID (SampleNotFound if there is none); its fields come from ``metadata_by_uuid``, so a
+        dataset made without it gives ``fields=None``."""
         schema = self.schema(name)
+        fields = None
+        if schema.with_metadata_by_uuid:
+            names = [c.name for c in schema.columns]
+            row = self.session.execute(f"SELECT {', '.join(names)} FROM {schema.keyspace}.metadata_by_uuid "
+                                       "WHERE uuid = %s", (sample_id,)).one()
+            fields = dict(zip(names, row, strict=True)) if row is not None else None
+        return self._sample_data(schema, sample_id, fields, f"UUID {sample_id}")
+
+    def sample_by_key(self, name: str, key: dict[str, object]) -> SampleRecord:
+        """The sample whose natural key is ``key`` (every natural-key column once; text values are converted to the
+        column's type, so ``{"slide_num": "3"}`` works), looked up in ``metadata_by_nat`` (SampleNotFound if none)."""
+        schema = self.schema(name)
+        key_names = [c.name for c in schema.natural_keys]
+        if sorted(key) != sorted(key_names):
+            raise RingfeedError(f"dataset {name!r} is keyed by {', '.join(key_names)}: give each of them once, "
+                                f"e.g. --key {key_names[0]}=VALUE (got {', '.join(key) or 'none'})")
+        try:
+            values = [c.convert(key[c.name]) for c in schema.natural_keys]
+        except ValueError as exc:
+            raise RingfeedError(f"dataset {name!r}: {exc}") from None
+        names = [c.name for c in schema.columns]
+        where = " AND ".join(f"{n} = %s" for n in key_names)
+        row = self.session.execute(f"SELECT {', '.join(names)}, uuid FROM {schema.keyspace}.{METADATA_BY_NAT} "
+                                   f"WHERE {where}", values).one()
+        described = ", ".join(f"{n}={v!r}" for n, v in zip(key_names, values, strict=True))
+        if row is None:
+            raise SampleNotFound(f"dataset {name!r} has no sample with {described}")
+        return self._sample_data(schema, row[-1], dict(zip(names, row[:-1], strict=True)), described)
+
+    def _sample_data(self, schema: DatasetSchema, sample_id: uuid.UUID, fields: dict | None,
+                     described: str) -> SampleRecord:
         row = self.session.execute(f"SELECT label, data FROM {schema.keyspace}.data_by_uuid WHERE uuid = %s",
                                    (sample_id,)).one()
         if row is None:
-            raise RingfeedError(f"dataset {name!r} has no sample {sample_id}")
-        return row[0], bytes(row[1])
+            raise SampleNotFound(f"dataset {schema.name!r} has no sample with {described}")
+        return SampleRecord(sample_id, row[0], bytes(row[1] or b""), fields)
 
     def count_rows(self, name: str, table: str) -> int:
         """Exact row count of one of the dataset's tables, by a token-range scan."""
@@ -222,8 +266,8 @@ class Store:
         schema = self.schema(name)
         try:
             return scan_table(self.native, schema.keyspace, table, schema.partition_key(table), columns, progress)
-        except RuntimeError as exc:
-            raise RingfeedError(f"cannot read {schema.keyspace}.{table}: {exc}") from None
+        except ring_failures() as exc:
+            raise ring_error(exc, f"reading {schema.keyspace}.{table}") from None
 
     # -- catalog --------------------------------------------------------------------------------------------------
 
@@ -284,8 +328,3 @@ def _info_from_row(row) -> DatasetInfo:
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
-
-def _first_error(exc) -> str:
-    errors = getattr(exc, "errors", None) or {}
-    first = next(iter(errors.values() if isinstance(errors, dict) else errors), exc)
-    return str(first).splitlines()[0][:160]

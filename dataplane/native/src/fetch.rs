@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -24,6 +24,7 @@ use scylla::statement::prepared::PreparedStatement;
 use tokio::sync::{Semaphore, mpsc};
 use uuid::Uuid;
 
+use crate::errors::{Failure, Kind, execution_kind};
 use crate::lifecycle;
 use crate::retry::{is_transient, with_backoff};
 
@@ -187,9 +188,6 @@ pub struct FetchedBatch {
     /// (position, reason) of samples that could not be decoded.
     #[pyo3(get)]
     corrupt: Vec<(usize, String)>,
-    /// Requests retried after a transient failure.
-    #[pyo3(get)]
-    retries: u32,
 }
 
 struct Assembled {
@@ -199,12 +197,15 @@ struct Assembled {
     positions: Vec<i64>,
     missing: Vec<usize>,
     corrupt: Vec<(usize, String)>,
-    retries: u32,
 }
 
-type Outcome = Result<Assembled, String>;
+type Outcome = Result<Assembled, Failure>;
 
 impl Shared {
+    fn count_retry(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// `statements.many` sent only to `node` (by host id).
     fn targeted_many(&self, node: Uuid) -> PreparedStatement {
         let mut targeted = self.targeted.lock().expect("no panics while locked");
@@ -248,6 +249,8 @@ struct Shared {
     /// Mean stored bytes per sample of the last batch read (0: none yet): sizes requests, and without decoding the
     /// next batch's buffer.
     sample_bytes: AtomicUsize,
+    /// Requests retried after a transient failure, counted as they happen (also those of batches that then failed).
+    retries: AtomicU64,
 }
 
 /// Reads batches of `data_by_uuid` rows; see the module documentation.
@@ -294,6 +297,7 @@ impl Fetcher {
                     keep: POOLED_BUFFERS,
                 }),
                 sample_bytes: AtomicUsize::new(sample_bytes),
+                retries: AtomicU64::new(0),
             }),
             done_tx,
             done_rx: tokio::sync::Mutex::new(done_rx),
@@ -322,6 +326,12 @@ impl Fetcher {
         }
     }
 
+    /// Requests retried after a transient failure since this fetcher was made, counted as they happen.
+    #[getter]
+    fn retries(&self) -> u64 {
+        self.shared.retries.load(Ordering::Relaxed)
+    }
+
     /// Starts reading the samples whose UUIDs are `uuids` (16 bytes each, concatenated); returns at once.
     fn submit(&self, ticket: u64, uuids: &Bound<'_, PyBytes>) -> PyResult<()> {
         let raw = uuids.as_bytes();
@@ -339,7 +349,10 @@ impl Fetcher {
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
-                    Err("internal error while reading a batch (see stderr)".to_owned())
+                    Err(Failure::new(
+                        Kind::Other,
+                        "internal error while reading a batch (see stderr)",
+                    ))
                 });
             // The receiver lives as long as the Fetcher; a dropped Fetcher no longer wants the batch.
             let _ = done.send((ticket, outcome));
@@ -376,7 +389,7 @@ impl Fetcher {
                 .expect("no panics while locked")
                 .insert(received.0, received.1);
         };
-        let batch = outcome.map_err(PyRuntimeError::new_err)?;
+        let batch = outcome.map_err(Failure::into_py)?;
         let buffer = |bytes: Vec<u8>| Py::new(py, Buffer::new(bytes));
         let data = Buffer {
             bytes: batch.data,
@@ -393,7 +406,6 @@ impl Fetcher {
             positions: buffer(i64_bytes(&batch.positions))?,
             missing: batch.missing,
             corrupt: batch.corrupt,
-            retries: batch.retries,
         })
     }
 }
@@ -492,7 +504,6 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
     };
     let mut labels: Vec<Option<i32>> = vec![None; count];
     let mut corrupt: Vec<(usize, String)> = Vec::new();
-    let mut retries = 0;
     let mut arrived_bytes = 0;
     let (decoded_tx, mut decoded_rx) =
         mpsc::unbounded_channel::<Vec<(usize, Result<(), String>)>>();
@@ -514,8 +525,7 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
         })
         .buffer_unordered(shared.concurrency);
     while let Some(result) = reads.next().await {
-        let (arrived, request_retries) = result?;
-        retries += request_retries;
+        let arrived = result?;
         for (position, row) in arrived {
             labels[position] = Some(row.label);
             arrived_bytes += row.data.len();
@@ -615,7 +625,6 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
         positions: delivered.iter().map(|&position| position as i64).collect(),
         missing,
         corrupt,
-        retries,
     })
 }
 
@@ -807,24 +816,22 @@ fn rows_per_request(request_bytes: usize, sample_bytes: usize, concurrency: usiz
 }
 
 /// The rows of one request, retrying transient failures with backoff; absent rows are simply not returned.
-async fn read_rows(shared: &Shared, request: Request) -> Result<(Vec<(usize, Row)>, u32), String> {
+async fn read_rows(shared: &Shared, request: Request) -> Result<Vec<(usize, Row)>, Failure> {
     if let [(position, uuid)] = request.rows[..] {
-        let (row, retries) = read_row(shared, uuid).await?;
-        return Ok((
-            row.map(|row| vec![(position, row)]).unwrap_or_default(),
-            retries,
-        ));
+        let row = read_row(shared, uuid).await?;
+        return Ok(row.map(|row| vec![(position, row)]).unwrap_or_default());
     }
     // The same sample may stand twice in a batch (padding): asked once, delivered to each position.
     let mut keys: Vec<Uuid> = request.rows.iter().map(|(_, uuid)| *uuid).collect();
     keys.sort_unstable();
     keys.dedup();
     let keys = &keys;
-    let (result, retries) = with_backoff(shared.max_retries, is_transient, |retry| {
+    let (result, _) = with_backoff(shared.max_retries, is_transient, |retry| {
         // First to the owning node; a retry goes through the driver's routing (that node may be the one down).
         let targeted = if retry == 0 {
             request.node.map(|node| shared.targeted_many(node))
         } else {
+            shared.count_retry();
             None
         };
         async move {
@@ -838,20 +845,23 @@ async fn read_rows(shared: &Shared, request: Request) -> Result<(Vec<(usize, Row
     })
     .await
     .map_err(|(err, retries)| {
-        format!(
-            "reading {} samples ({}, …) failed after {retries} retries: {}",
-            keys.len(),
-            keys[0],
-            one_line(err)
+        Failure::new(
+            execution_kind(&err),
+            format!(
+                "reading {} samples ({}, …) failed after {retries} retries: {}",
+                keys.len(),
+                keys[0],
+                one_line(&err)
+            ),
         )
     })?;
-    let rows = result.into_rows_result().map_err(one_line)?;
+    let rows = result.into_rows_result().map_err(unreadable)?;
     let mut found: HashMap<Uuid, Row> = HashMap::with_capacity(keys.len());
     for row in rows
         .rows::<(Uuid, Option<i32>, Option<Bytes>)>()
-        .map_err(one_line)?
+        .map_err(unreadable)?
     {
-        let (uuid, label, data) = row.map_err(one_line)?;
+        let (uuid, label, data) = row.map_err(unreadable)?;
         found.insert(uuid, Row::from_columns(label, data));
     }
     let arrived = request
@@ -859,12 +869,20 @@ async fn read_rows(shared: &Shared, request: Request) -> Result<(Vec<(usize, Row
         .iter()
         .filter_map(|(position, uuid)| found.get(uuid).map(|row| (*position, row.clone())))
         .collect();
-    Ok((arrived, retries))
+    Ok(arrived)
+}
+
+/// A response whose rows do not have the shape of the table's columns.
+fn unreadable(err: impl std::fmt::Display) -> Failure {
+    Failure::new(Kind::Rejected, one_line(err))
 }
 
 /// One row, retrying transient failures with backoff.
-async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), String> {
-    let (result, retries) = with_backoff(shared.max_retries, is_transient, |_| {
+async fn read_row(shared: &Shared, uuid: Uuid) -> Result<Option<Row>, Failure> {
+    let (result, _) = with_backoff(shared.max_retries, is_transient, |retry| {
+        if retry > 0 {
+            shared.count_retry();
+        }
         shared
             .client
             .session
@@ -872,18 +890,21 @@ async fn read_row(shared: &Shared, uuid: Uuid) -> Result<(Option<Row>, u32), Str
     })
     .await
     .map_err(|(err, retries)| {
-        format!(
-            "reading sample {uuid} failed after {retries} retries: {}",
-            one_line(err)
+        Failure::new(
+            execution_kind(&err),
+            format!(
+                "reading sample {uuid} failed after {retries} retries: {}",
+                one_line(&err)
+            ),
         )
     })?;
     let row = result
         .into_rows_result()
-        .map_err(one_line)?
+        .map_err(unreadable)?
         .maybe_first_row::<(Option<i32>, Option<Bytes>)>()
-        .map_err(one_line)?
+        .map_err(unreadable)?
         .map(|(label, data)| Row::from_columns(label, data));
-    Ok((row, retries))
+    Ok(row)
 }
 
 /// Decodes a JPEG or PNG into `out` (height × width × channels, uint8), resizing with a bilinear filter; with `crop`

@@ -2,10 +2,11 @@
 //!
 //! `session` connects and prepares, `convert` turns Python values into CQL values,
 //! `writer` is the bulk ingest path, `scan` reads whole columns by token range,
-//! `fetch` reads and decodes the loader's batches, `retry` is the policy they share, `lifecycle` stops every
-//! native thread before the interpreter exits.
+//! `fetch` reads and decodes the loader's batches, `retry` is the policy they share, `errors` turns failures into
+//! Python exceptions by kind, `lifecycle` stops every native thread before the interpreter exits.
 
 mod convert;
+mod errors;
 mod fetch;
 mod lifecycle;
 mod retry;
@@ -24,7 +25,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<fetch::FetchedBatch>()?;
     module.add_class::<fetch::Buffer>()?;
     module.add_function(wrap_pyfunction!(fetch::decode_image_py, module)?)?;
-    module.add("WriteError", module.py().get_type::<writer::WriteError>())?;
+    errors::register(module)?;
     let close_all = wrap_pyfunction!(lifecycle::close_all_at_exit, module)?;
     module.add_function(close_all.clone())?;
     module

@@ -20,6 +20,7 @@ use scylla::frame::response::result::{ColumnType, NativeType};
 use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use scylla::value::{CqlValue, Row};
 
+use crate::errors::{Failure, Kind, next_page_kind, prepare_kind};
 use crate::retry::with_backoff;
 use crate::session::{Client, one_line};
 
@@ -53,7 +54,7 @@ pub(crate) fn scan<'py>(
     let mut statement = client
         .block_on(py, client.session.prepare(cql.as_str()))?
         .map_err(|err| {
-            PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err)))
+            Failure::new(prepare_kind(&err), format!("cannot prepare {cql:?}: {}", one_line(&err)))
         })?;
     statement.set_page_size(request.page_size);
     let kinds = statement
@@ -169,7 +170,7 @@ async fn read_all(
     while let Some(joined) = slice_results.next().await {
         let columns = joined
             .map_err(|err| PyRuntimeError::new_err(format!("scan task failed: {err}")))?
-            .map_err(PyRuntimeError::new_err)?;
+            .map_err(Failure::into_py)?;
         let rows = columns.first().map_or(0, Column::len);
         for (into, from) in merged.iter_mut().zip(columns) {
             into.append(from);
@@ -182,25 +183,38 @@ async fn read_all(
 /// Why one attempt at a slice failed.
 enum SliceError {
     /// The ring did not answer as hoped (timeouts, unavailable replicas, lost connections): retry.
-    Transient(String),
+    Transient(Failure),
     /// The data does not fit the columns: retrying cannot help.
-    Permanent(String),
+    Permanent(Failure),
+}
+
+impl SliceError {
+    fn permanent(message: String) -> Self {
+        Self::Permanent(Failure::new(Kind::Other, message))
+    }
 }
 
 impl From<PagerExecutionError> for SliceError {
     fn from(err: PagerExecutionError) -> Self {
-        match err {
-            PagerExecutionError::NextPageError(_) => Self::Transient(one_line(err)),
-            _ => Self::Permanent(one_line(err)),
+        match &err {
+            PagerExecutionError::NextPageError(page) => {
+                Self::Transient(Failure::new(next_page_kind(page), one_line(&err)))
+            }
+            PagerExecutionError::PrepareError(prepare) => {
+                Self::Permanent(Failure::new(prepare_kind(prepare), one_line(&err)))
+            }
+            _ => Self::permanent(one_line(&err)),
         }
     }
 }
 
 impl From<NextRowError> for SliceError {
     fn from(err: NextRowError) -> Self {
-        match err {
-            NextRowError::NextPageError(_) => Self::Transient(one_line(err)),
-            _ => Self::Permanent(one_line(err)),
+        match &err {
+            NextRowError::NextPageError(page) => {
+                Self::Transient(Failure::new(next_page_kind(page), one_line(&err)))
+            }
+            _ => Self::permanent(one_line(&err)),
         }
     }
 }
@@ -212,7 +226,7 @@ async fn read_slice(
     kinds: Vec<ColumnKind>,
     (low, high): (i64, i64),
     max_retries: u32,
-) -> Result<Vec<Column>, String> {
+) -> Result<Vec<Column>, Failure> {
     let transient = |err: &SliceError| matches!(err, SliceError::Transient(_));
     match with_backoff(max_retries, transient, |_| {
         try_read_slice(&session, &statement, &kinds, low, high)
@@ -220,9 +234,10 @@ async fn read_slice(
     .await
     {
         Ok((columns, _)) => Ok(columns),
-        Err((SliceError::Transient(err), retries)) => Err(format!(
-            "token range [{low}, {high}] failed after {retries} retries: {err}"
-        )),
+        Err((SliceError::Transient(err), retries)) => Err(err.with_message(format!(
+            "token range [{low}, {high}] failed after {retries} retries: {}",
+            err.message
+        ))),
         Err((SliceError::Permanent(err), _)) => Err(err),
     }
 }
@@ -239,10 +254,10 @@ async fn try_read_slice(
         .execute_iter(statement.clone(), (low, high))
         .await?
         .rows_stream::<Row>()
-        .map_err(|err| SliceError::Permanent(one_line(err)))?;
+        .map_err(|err| SliceError::permanent(one_line(err)))?;
     while let Some(row) = rows.next().await {
         for (column, value) in columns.iter_mut().zip(row?.columns) {
-            column.push(value).map_err(SliceError::Permanent)?;
+            column.push(value).map_err(SliceError::permanent)?;
         }
     }
     Ok(columns)

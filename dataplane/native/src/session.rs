@@ -20,6 +20,7 @@ use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use tokio::runtime::{Handle, Runtime};
 
 use crate::convert::BindMarker;
+use crate::errors::{Failure, prepare_kind, session_kind};
 use crate::fetch::{Decode, Fetcher, Statements, image_shape};
 use crate::lifecycle;
 use crate::scan::{ScanRequest, scan};
@@ -275,11 +276,14 @@ impl Session {
 
         let runtime = IoRuntime::start()?;
         let session = block_on(py, &runtime, builder.build())?.map_err(|err| {
-            PyConnectionError::new_err(format!(
-                "cannot connect to {}: {}",
-                contact_points.join(", "),
-                one_line(err)
-            ))
+            Failure::new(
+                session_kind(&err),
+                format!(
+                    "cannot connect to {}: {}",
+                    contact_points.join(", "),
+                    one_line(&err)
+                ),
+            )
         })?;
         if let Some(dc) = &local_dc {
             check_datacenter(&session, dc)?;
@@ -300,7 +304,7 @@ impl Session {
             .client
             .block_on(py, session.prepare(cql))?
             .map_err(|err| {
-                PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err)))
+                Failure::new(prepare_kind(&err), format!("cannot prepare {cql:?}: {}", one_line(&err)))
             })?;
         // Only idempotent writes (plain INSERTs) go through this module, so retrying is safe.
         statement.set_is_idempotent(true);
@@ -391,7 +395,7 @@ impl Session {
                 .client
                 .block_on(py, self.client.session.prepare(cql.as_str()))?
                 .map_err(|err| {
-                    PyRuntimeError::new_err(format!("cannot prepare {cql:?}: {}", one_line(err)))
+                    Failure::new(prepare_kind(&err), format!("cannot prepare {cql:?}: {}", one_line(&err)))
                 })?;
             statement.set_is_idempotent(true);
             // The columns are known from the prepare: rows come back without repeating their metadata.

@@ -3,8 +3,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use scylla::client::session::Session as ScyllaSession;
@@ -13,15 +12,9 @@ use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::convert::{BoundRow, convert_row};
+use crate::errors::{Failure, execution_kind};
 use crate::retry::{is_transient, with_backoff};
 use crate::session::{Client, PreparedStatement, one_line};
-
-create_exception!(
-    ringfeed._native,
-    WriteError,
-    PyRuntimeError,
-    "Rows failed to be written after all retries; raised by BulkWriter.flush()."
-);
 
 /// Writes rows of prepared INSERTs concurrently; see `flush` for the outcome.
 #[pyclass(module = "ringfeed._native", frozen)]
@@ -57,7 +50,7 @@ struct FlushOutcome {
     /// Of `failed`: rows given up without another attempt because a row had already failed for good.
     not_sent: u64,
     /// The error of the first row that failed for good; once set, no more rows are sent.
-    first_error: Option<String>,
+    first_error: Option<Failure>,
 }
 
 impl Tally {
@@ -72,7 +65,7 @@ impl Tally {
         self.since_flush.failed += 1;
         self.since_flush
             .first_error
-            .get_or_insert_with(|| one_line(err));
+            .get_or_insert_with(|| Failure::new(execution_kind(err), one_line(err)));
     }
 
     /// After a row failed for good, flush will raise whatever happens next, so the remaining rows
@@ -150,7 +143,8 @@ impl BulkWriter {
     }
 
     /// Waits until every submitted row is written or has failed; returns the rows written
-    /// since the last flush, or raises `WriteError` if any row failed after all retries.
+    /// since the last flush, or raises the first failure's kind (`Unreachable`, `Timeout`, …) if any row failed
+    /// after all retries.
     fn flush(&self, py: Python<'_>) -> PyResult<u64> {
         let window = Arc::clone(&self.shared.window);
         let concurrency = self.concurrency;
@@ -165,13 +159,16 @@ impl BulkWriter {
         let outcome = std::mem::take(&mut self.shared.tally().since_flush);
         match outcome.first_error {
             None => Ok(outcome.written),
-            Some(first_error) => Err(WriteError::new_err(format!(
-                "{} of {} rows failed ({} not sent after the first failure); first error, after up to {} retries: {first_error}",
-                outcome.failed,
-                outcome.written + outcome.failed,
-                outcome.not_sent,
-                self.shared.max_retries,
-            ))),
+            Some(first_error) => Err(first_error
+                .with_message(format!(
+                    "{} of {} rows failed ({} not sent after the first failure); first error, after up to {} retries: {}",
+                    outcome.failed,
+                    outcome.written + outcome.failed,
+                    outcome.not_sent,
+                    self.shared.max_retries,
+                    first_error.message,
+                ))
+                .into_py()),
         }
     }
 

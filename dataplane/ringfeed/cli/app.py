@@ -14,9 +14,11 @@ import click
 from rich.console import Console
 
 from ringfeed.connection import ClusterAddress
-from ringfeed.errors import RingfeedError
+from ringfeed.errors import RingfeedError, ring_error, ring_failures
 
 console = Console()
+# Piped or redirected, a line stays one line (rich would wrap it at 80 columns); tables: render.print_table.
+console.soft_wrap = not console.is_terminal
 err_console = Console(stderr=True)
 
 
@@ -26,13 +28,16 @@ def default_local_dir() -> Path:
 
 
 class RingfeedGroup(click.Group):
-    """Prints RingfeedError as one line and exits 1, instead of a traceback."""
+    """Prints RingfeedError (and a failure of the ring, as the RingfeedError of its kind) as one line and exits 1,
+    instead of a traceback."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except RingfeedError as exc:
             message = str(exc)
+        except ring_failures() as exc:  # a failure of the ring on the control path (Python driver)
+            message = str(ring_error(exc, f"ringfeed {ctx.invoked_subcommand}"))
         # Exit outside the except block: SystemExit would keep the error's traceback as its context, and with it
         # every frame's objects (native sessions) alive into interpreter shutdown.
         err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)

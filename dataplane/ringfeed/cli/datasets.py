@@ -10,7 +10,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ringfeed.cli.app import console, main, open_store
-from ringfeed.cli.render import human_bytes, print_label_table, progress_bar
+from ringfeed.cli.render import (JSON_OPTION, dataset_json, human_bytes, print_json, print_label_table, print_table,
+                                 progress_bar, sample_json)
 from ringfeed.errors import RingfeedError
 
 @main.group()
@@ -98,26 +99,37 @@ def dataset_migrate(ctx, name):
 
 
 @main.command("datasets")
+@JSON_OPTION
 @click.pass_context
-def datasets_list(ctx):
+def datasets_list(ctx, as_json):
     """List datasets with their sample counts and sizes."""
     with open_store(ctx) as store:
         infos = store.datasets()
+    if as_json:
+        print_json([dataset_json(info) for info in infos])
+        return
     table = Table("dataset", "keyspace", "encoding", "samples", "bytes", "labels", "updated")
     for info in infos:
         table.add_row(info.schema.name, info.schema.keyspace, info.schema.encoding.kind, f"{info.samples:,}",
                       human_bytes(info.bytes), str(len(info.label_counts)),
                       info.stats_updated_at.strftime("%Y-%m-%d %H:%M") if info.stats_updated_at else "-")
-    console.print(table if infos else "no datasets yet: create one with `ringfeed dataset create`")
+    if infos:
+        print_table(table)
+    else:
+        console.print("no datasets yet: create one with `ringfeed dataset create`")
 
 
 @main.command()
 @click.argument("name")
+@JSON_OPTION
 @click.pass_context
-def inspect(ctx, name):
+def inspect(ctx, name, as_json):
     """Schema, per-label counts and bytes of dataset NAME."""
     with open_store(ctx) as store:
         info = store.info(name)
+    if as_json:
+        print_json(dataset_json(info))
+        return
     schema = info.schema
     encoding = schema.encoding.kind + (f" {schema.encoding.dtype}{list(schema.encoding.shape)}"
                                        if schema.encoding.kind == "raw" else "")
@@ -135,20 +147,64 @@ def inspect(ctx, name):
 
 @main.command()
 @click.argument("name")
-@click.argument("sample_id", metavar="UUID")
-@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="File to write the bytes to.")
+@click.argument("sample_id", metavar="[UUID]", required=False)
+@click.option("--key", "keys", multiple=True, metavar="COLUMN=VALUE",
+              help="Look the sample up by its natural key instead of its UUID: every natural-key column once.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write the sample's bytes here.")
+@JSON_OPTION
 @click.pass_context
-def get(ctx, name, sample_id, output):
-    """Write the bytes of one sample to a file."""
-    try:
-        parsed = uuid.UUID(sample_id)
-    except ValueError:
-        raise RingfeedError(f"{sample_id!r} is not a UUID") from None
+def get(ctx, name, sample_id, keys, output, as_json):
+    """Show one sample of dataset NAME (UUID, label, natural keys and metadata, size), by UUID or by natural key;
+    -o writes its bytes to a file.
+
+    \b
+    Examples:
+      ringfeed get slides 6f1c9a4e-…                  # by UUID
+      ringfeed get slides --key patient_id=P001 --key slide_num=0 --key x=0 --key y=224 -o patch.jpg
+    """
+    if bool(sample_id) == bool(keys):
+        raise RingfeedError("give a sample's UUID or its natural key (--key COLUMN=VALUE for each key column), "
+                            "not both")
     with open_store(ctx) as store:
-        label, data = store.sample(name, parsed)
-        label_name = store.schema(name).label_name(label)
-    output.write_bytes(data)
-    console.print(f"{output}: {len(data):,} bytes, label {label} ({label_name})")
+        if keys:
+            record = store.sample_by_key(name, parse_key_values(keys))
+        else:
+            record = store.sample(name, parse_uuid(sample_id))
+        schema = store.schema(name)
+    if output:
+        output.write_bytes(record.data)
+    if as_json:
+        print_json(sample_json(name, schema, record, output))
+        return
+    table = Table("field", "value", show_header=False, box=None)
+    table.add_row("uuid", str(record.uuid))
+    table.add_row("label", f"{record.label} ({schema.label_name(record.label)})")
+    table.add_row("bytes", f"{len(record.data):,}" + (f" → {output}" if output else ""))
+    if record.fields is None:
+        table.add_row("fields", "unknown: the dataset keeps no metadata_by_uuid (look it up by --key instead)")
+    for column, value in (record.fields or {}).items():
+        table.add_row(column, str(value))
+    print_table(table)
+
+
+def parse_uuid(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise RingfeedError(f"{text!r} is not a UUID") from None
+
+
+def parse_key_values(items: tuple[str, ...]) -> dict[str, str]:
+    """``--key COLUMN=VALUE`` options as a dict (values as typed; the store converts them to the column types)."""
+    values: dict[str, str] = {}
+    for item in items:
+        column, sep, value = item.partition("=")
+        if not sep or not column.strip():
+            raise RingfeedError(f"--key {item!r}: write COLUMN=VALUE, e.g. --key patient_id=P001")
+        if column.strip() in values:
+            raise RingfeedError(f"--key {column.strip()} is given twice")
+        values[column.strip()] = value
+    return values
 
 
 class RichIngestProgress:
@@ -203,9 +259,10 @@ def ingest_command(ctx, name, source, fmt, path_column, label_column, workers, c
 
 def print_ingest_summary(summary, info) -> None:
     rejected = sum(summary.rejected.values())
+    megabytes_per_s = summary.bytes / 2**20 / max(summary.seconds, 1e-9)
     console.print(f"[bold green]ingested[/] {summary.written:,} samples ({human_bytes(summary.bytes)}) "
-                  f"from {summary.inputs:,} inputs in {summary.seconds:.1f} s "
-                  f"· {summary.rows_per_s:,.0f} samples/s · {summary.bytes / 2**20 / max(summary.seconds, 1e-9):.1f} MB/s")
+                  f"from {summary.inputs:,} inputs in {summary.seconds:.1f} s · {summary.rows_per_s:,.0f} samples/s "
+                  f"· {megabytes_per_s:.1f} MB/s · {summary.retries:,} retries")
     if rejected:
         console.print(f"[bold yellow]rejected[/] {rejected:,} inputs: "
                       + ", ".join(f"{kind} {count:,}" for kind, count in summary.rejected.most_common()))

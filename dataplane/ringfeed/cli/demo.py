@@ -54,8 +54,7 @@ def demo(ctx, workdir, patients):
 
     with Store(address) as store:
         store.create_dataset(schema)
-        console.print("tables: metadata_by_nat (partition: patient_id, slide_num, x, y, label), data_by_uuid, "
-                      "metadata_by_uuid")
+        console.print(describe_tables(schema), highlight=False)
         console.rule("[bold]4 · ingest")
         with progress_bar() as progress:
             summary = ingest(store, DEMO_DATASET, str(demo_set.manifest), IngestOptions(),
@@ -76,3 +75,13 @@ def demo(ctx, workdir, patients):
                   f"[bold]ringfeed split show {DEMO_DATASET} {DEMO_SPLIT}[/] or [bold]ringfeed split create "
                   f"{DEMO_DATASET} balanced --group-by patient_id --balance equal[/]; "
                   "stop it with [bold]ringfeed local down[/] (or make local-down)")
+
+
+def describe_tables(schema) -> str:
+    """The dataset's tables, with the partition key of ``metadata_by_nat`` as the schema makes it."""
+    from ringfeed.schema import METADATA_BY_NAT
+
+    tables = [f"{METADATA_BY_NAT} (partition: {', '.join(schema.partition_key(METADATA_BY_NAT))})", "data_by_uuid"]
+    if schema.with_metadata_by_uuid:
+        tables.append("metadata_by_uuid")
+    return "tables: " + ", ".join(tables)

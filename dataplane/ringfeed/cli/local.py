@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from ringfeed.cli.app import console, default_local_dir, main
-from ringfeed.cli.render import human_bytes
+from ringfeed.cli.render import JSON_OPTION, human_bytes, print_json, print_table
 
 @main.group()
 @click.option("--state-dir", type=click.Path(path_type=Path), default=default_local_dir, show_default=True,
@@ -41,10 +41,16 @@ def local_up(ctx, nodes, heap, ring_delay_ms):
 
 
 @local.command("status")
+@JSON_OPTION
 @click.pass_context
-def local_status(ctx):
+def local_status(ctx, as_json):
     """Nodes, PIDs, CQL readiness and data size."""
-    print_ring(_ring(ctx))
+    ring = _ring(ctx)
+    if as_json:
+        print_json([{"index": node.index, "address": node.address, "pid": node.pid, "state": node_state(node),
+                     "cql_ready": node.cql_ready, "data_bytes": node.data_bytes} for node in ring.status()])
+        return
+    print_ring(ring)
 
 
 @local.command("add-node")
@@ -83,7 +89,10 @@ def local_down(ctx, purge):
 def print_ring(ring) -> None:
     table = Table("node", "address", "pid", "state", "CQL", "data")
     for node in ring.status():
-        state = "decommissioned" if node.decommissioned else ("running" if node.running else "stopped")
-        table.add_row(str(node.index), node.address, str(node.pid or "-"), state,
+        table.add_row(str(node.index), node.address, str(node.pid or "-"), node_state(node),
                       "[green]ready[/]" if node.cql_ready else "[red]no[/]", human_bytes(node.data_bytes))
-    console.print(table)
+    print_table(table)
+
+
+def node_state(node) -> str:
+    return "decommissioned" if node.decommissioned else ("running" if node.running else "stopped")

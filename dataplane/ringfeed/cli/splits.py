@@ -8,9 +8,7 @@ import click
 from rich.table import Table
 
 from ringfeed.cli.app import console, main, open_store
-from ringfeed.cli.render import human_bytes, progress_bar
-
-MAX_LABEL_COLUMNS = 8
+from ringfeed.cli.render import JSON_OPTION, human_bytes, print_json, print_table, progress_bar, split_json
 
 
 @main.group()
@@ -61,6 +59,7 @@ def split_create(ctx, dataset, name, ratios, folds, names, group_by, balance, ma
 
     spec = spec_from_options(ratios, folds, names, group_by, balance, max_samples, max_per_part, filters, seed)
     with open_store(ctx) as store:
+        check_text_filters(spec.filters, store.schema(dataset))
         expected = store.info(dataset).samples
         with progress_bar() as progress:
             task = progress.add_task("scan metadata", total=expected or None)
@@ -86,15 +85,38 @@ def spec_from_options(ratios, folds, names, group_by, balance, max_samples, max_
     )
 
 
+def check_text_filters(filters, schema) -> None:
+    """A number or boolean written unquoted against a text column is refused with the message the engine gives for
+    every other column type ("filter F: COLUMN is KIND, VALUE is not"), instead of being compared as text: 007
+    would read as 7 and match nothing."""
+    from ringfeed.splits import SplitError
+
+    text_columns = {c.name for c in schema.columns if c.type == "text"}
+    for f in filters:
+        if f.column in text_columns:
+            for value in f.values:
+                if not isinstance(value, str):
+                    raise SplitError(f"filter {f}: {f.column} is text, {value!r} is not (quote it: "
+                                     f"{f.column} {f.op} '{_as_written(value)}')")
+
+
+def _as_written(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 @split.command("list")
 @click.argument("dataset", required=False)
+@JSON_OPTION
 @click.pass_context
-def split_list(ctx, dataset):
+def split_list(ctx, dataset, as_json):
     """Splits of DATASET (or of every dataset), newest version first."""
     from ringfeed.splits import list_splits
 
     with open_store(ctx) as store:
         splits = list_splits(store, dataset)
+    if as_json:
+        print_json([split_json(s, detail=False) for s in splits])
+        return
     if not splits:
         console.print("no splits yet: create one with `ringfeed split create`")
         return
@@ -104,20 +126,25 @@ def split_list(ctx, dataset):
                       " · ".join(f"{part} {size:,}" for part, size in s.part_sizes.items()), f"{s.samples:,}",
                       s.content_hash.removeprefix("sha256:")[:12],
                       s.created_at.strftime("%Y-%m-%d %H:%M") if s.created_at else "-")
-    console.print(table)
+    print_table(table)
 
 
 @split.command("show")
 @click.argument("dataset")
 @click.argument("name")
 @click.option("--version", type=int, default=None, help="Default: the latest.")
+@JSON_OPTION
 @click.pass_context
-def split_show(ctx, dataset, name, version):
-    """Parameters and statistics of a split: achieved vs target per part and class, groups per part."""
+def split_show(ctx, dataset, name, version, as_json):
+    """Parameters and statistics of a split: achieved vs target per part, and per part × class (with what the
+    part's groups held), groups per part."""
     from ringfeed.splits import get_split
 
     with open_store(ctx) as store:
         stored = get_split(store, dataset, name, version)
+    if as_json:
+        print_json(split_json(stored, detail=True))
+        return
     print_split(stored)
 
 
@@ -179,19 +206,24 @@ def print_split(stored) -> None:
     console.print(f"{stats['scanned']:,} samples scanned · {stats['selected']:,} selected · "
                   f"{stats['samples']:,} used · {stats['groups']:,} groups"
                   + (f" · {stats['placement']} placement" if "placement" in stats else ""), highlight=False)
+    parts = Table("part", "ratio", "samples\n[dim]got/target", "share", "groups", "size")
+    for part in stats["parts"]:
+        parts.add_row(part["name"], str(part["ratio"]), f"{part['samples']:,}/{part['target']:,}",
+                      f"{part['share']:.1%}", f"{part['groups']:,}", human_bytes(part["bytes"]))
+    print_table(parts)
+    print_table(class_table(stats))
+
+
+def class_table(stats: dict) -> Table:
+    """Achieved vs target per part × class: a row per class, a column per part, each cell
+    ``got/target`` and, in brackets, what the part's groups held of the class."""
     names = stats.get("label_names", {})
     labels = list(stats["parts"][0]["labels"]) if stats["parts"] else []
-    per_label = len(labels) <= MAX_LABEL_COLUMNS
-    table = Table("part", "ratio", "samples\n[dim]got/target", "share", "groups", "size",
-                  *([f"{names.get(label, label)}\n[dim]got/target" for label in labels] if per_label else
-                    ["per-class |got − target|\n[dim]max · mean"]))
-    for part in stats["parts"]:
-        cells = [part["name"], str(part["ratio"]), f"{part['samples']:,}/{part['target']:,}",
-                 f"{part['share']:.1%}", f"{part['groups']:,}", human_bytes(part["bytes"])]
-        if per_label:
-            cells += [f"{c['samples']:,}/{c['target']:,}" for c in part["labels"].values()]
-        else:
-            gaps = [abs(c["samples"] - c["target"]) for c in part["labels"].values()]
-            cells.append(f"{max(gaps):,} · {sum(gaps) / len(gaps):.1f}")
-        table.add_row(*cells)
-    console.print(table)
+    table = Table("class", *(f"{part['name']}\n[dim]got/target (held)" for part in stats["parts"]))
+    for label in labels:
+        cells = []
+        for part in stats["parts"]:
+            cell = part["labels"][label]
+            cells.append(f"{cell['samples']:,}/{cell['target']:,} ({cell['available']:,})")
+        table.add_row(f"{label} {names[label]}" if label in names else label, *cells)
+    return table

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ringfeed.connection import ClusterAddress
-from ringfeed.errors import RingfeedError
+from ringfeed.errors import RingfeedError, SampleNotFound, ring_error, ring_failures
 from ringfeed.loader.plan import EpochPlan
 
 log = logging.getLogger("ringfeed.loader")
@@ -79,6 +79,8 @@ class LoaderStats:
     missing: int = 0
     corrupt: int = 0
     retries: int = 0
+    """Read requests retried after a transient failure, counted as they happen (also those of a batch that then
+    failed)."""
     wait_s: float = 0.0
     missing_uuids: list[str] = dataclasses.field(default_factory=list)
     corrupt_samples: list[tuple[str, str]] = dataclasses.field(default_factory=list)
@@ -186,6 +188,7 @@ class Loader:
         self._tickets = itertools.count()
         self._fetcher = None
         self._fetcher_pid = None
+        self._retries_before_fetcher = 0
 
     @property
     def window_batches(self) -> int:
@@ -284,8 +287,14 @@ class Loader:
         try:
             while in_flight:
                 started = time.perf_counter()
-                fetched = fetcher.take(None if self.out_of_order else order[0])
-                self.stats.wait_s += time.perf_counter() - started
+                try:
+                    fetched = fetcher.take(None if self.out_of_order else order[0])
+                except ring_failures() as exc:
+                    raise ring_error(exc, f"reading {self.source.split} part {self.source.part} from "
+                                          f"{self.source.keyspace}.data_by_uuid") from None
+                finally:
+                    self.stats.wait_s += time.perf_counter() - started
+                    self.stats.retries = self._retries_before_fetcher + fetcher.retries
                 order.remove(fetched.ticket)
                 number, batch = in_flight.pop(fetched.ticket)
                 if depth < self.window_batches:  # slow start: one more batch in flight per batch delivered
@@ -318,11 +327,15 @@ class Loader:
                                crop=self.decode.crop, decode_threads=self.decode_threads)
             elif self.decode == TENSOR:
                 options = dict(raw_item_bytes=int(np.dtype(dtype).itemsize * np.prod(shape)))
-            self._fetcher = session.fetcher(self.source.keyspace, concurrency=self.concurrency,
-                                            max_retries=self.max_retries,
-                                            request_bytes=self.request_bytes,
-                                            sample_bytes=self.source.sample_bytes, **options)
+            try:
+                self._fetcher = session.fetcher(self.source.keyspace, concurrency=self.concurrency,
+                                                max_retries=self.max_retries,
+                                                request_bytes=self.request_bytes,
+                                                sample_bytes=self.source.sample_bytes, **options)
+            except ring_failures() as exc:
+                raise ring_error(exc, f"opening {self.source.keyspace}.data_by_uuid") from None
             self._fetcher_pid = os.getpid()
+            self._retries_before_fetcher = self.stats.retries  # a fetcher counts its own retries from zero
         return self._fetcher
 
     def _convert(self, fetched, batch: np.ndarray) -> tuple:
@@ -345,7 +358,6 @@ class Loader:
         self.stats.batches += 1
         self.stats.samples += count
         self.stats.bytes += len(fetched.data)
-        self.stats.retries += fetched.retries
         if self.with_uuids:
             return x, y, self.source.uuids[batch[positions]]
         return x, y
@@ -353,7 +365,7 @@ class Loader:
     def _report_missing(self, batch: np.ndarray, positions: list[int]) -> None:
         ids = [str(uuid_module.UUID(bytes=self.source.uuids[batch[p]].tobytes())) for p in positions]
         if self.missing == "raise":
-            raise RingfeedError(
+            raise SampleNotFound(
                 f"{len(ids)} sample(s) of {self.source.split} part {self.source.part} have no row in "
                 f"{self.source.keyspace}.data_by_uuid (first: {ids[0]}); was the dataset re-ingested or a node's "
                 "data lost? Pass missing='skip' to skip and count them")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ringfeed.errors import RingfeedError
+from ringfeed.errors import PartNotFound, RingfeedError, SplitNotFound
 from ringfeed.schema import CATALOG_KEYSPACE, METADATA_BY_NAT
 from ringfeed.splits.engine import SplitResult, content_hash
 from ringfeed.splits.spec import SplitSpec
@@ -28,10 +28,6 @@ CHUNK_ROWS = 16_384
 FILE_FORMATS = (".parquet", ".npz")
 _FILE_METADATA_KEY = b"ringfeed.split"
 _SPLIT_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
-
-
-class SplitNotFound(RingfeedError):
-    pass
 
 
 class SplitDatasetMismatch(RingfeedError):
@@ -64,7 +60,7 @@ class StoredSplit:
         if self.parts is None:
             raise RingfeedError(f"split {self.name!r} was listed, not loaded")
         if part not in self.parts:
-            raise RingfeedError(f"split {self.name!r} has no part {part!r} (parts: {', '.join(self.parts)})")
+            raise PartNotFound(f"split {self.name!r} has no part {part!r} (parts: {', '.join(self.parts)})")
         return self.parts[part]
 
 

@@ -190,7 +190,7 @@ def test_node_killed_mid_ingest_then_rerun_completes_without_duplicates(cassandr
     progress = KillHalfway()
     options = IngestOptions(chunk_size=32)
     try:
-        with pytest.raises(RingfeedError, match="interrupted: .*Re-run the same command"):
+        with pytest.raises(RingfeedError, match=r"interrupted after .* retries \(re-run the same command"):
             ingest(store, dataset_name, str(tmp_path / "m.csv"), options, progress)
         assert progress.killed.is_set()
     finally:
