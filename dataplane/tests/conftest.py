@@ -107,6 +107,17 @@ def cassandra_ring():
     _stop(fixture)
 
 
+@pytest.fixture(scope="session")
+def password_node():
+    """A node of its own (127.0.31.1) that asks clients to log in: Cassandra's default superuser cassandra/cassandra.
+    Tests may stop and restart it (never the shared node)."""
+    fixture = _start("password-node", 1, RingSettings(cluster_name="ringfeed-test-auth", address_prefix="127.0.31.",
+                                                      jmx_base=7500, heap="512M", ring_delay_ms=1000,
+                                                      password_auth=True))
+    yield fixture
+    _stop(fixture)
+
+
 @pytest.fixture
 def store(cassandra_node):
     from ringfeed.store import Store

@@ -39,6 +39,9 @@ class RingSettings:
     # Client TLS on the CQL port, optional (plain clients still connect): a CA and one certificate per node (its IP
     # address as subject alternative name) are made under state_dir/tls; clients verify with ``tls_ca_file``.
     tls: bool = False
+    # Clients log in (PasswordAuthenticator): Cassandra's default superuser is cassandra/cassandra, made ~10 s after
+    # the first node starts.
+    password_auth: bool = False
 
 
 @dataclasses.dataclass
@@ -264,7 +267,7 @@ storage_port: 7000
 native_transport_port: {CQL_PORT}
 start_native_transport: true
 endpoint_snitch: SimpleSnitch
-authenticator: AllowAllAuthenticator
+authenticator: {"PasswordAuthenticator" if s.password_auth else "AllowAllAuthenticator"}
 authorizer: AllowAllAuthorizer
 role_manager: CassandraRoleManager
 concurrent_reads: 32

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +15,8 @@ from ringfeed.ids import sample_uuid
 RINGFEED = str(Path(sys.executable).with_name("ringfeed"))
 
 
-def run(node, *args, check=True):
-    env = {**os.environ, "RINGFEED_HOSTS": ",".join(node.hosts), "COLUMNS": "160"}
+def run(node, *args, check=True, env=None):
+    env = {**os.environ, "RINGFEED_HOSTS": ",".join(node.hosts), "COLUMNS": "160", **(env or {})}
     proc = subprocess.run([RINGFEED, *args], capture_output=True, text=True, env=env)
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -79,3 +81,123 @@ def test_unreachable_ring_is_a_clear_error():
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: connecting to 127.0.99.1:9042: cannot reach Cassandra (")
     assert "is the ring up and --hosts (RINGFEED_HOSTS) right?" in proc.stderr
+
+
+DATASET_KEYS = {"name", "keyspace", "dataset_id", "encoding", "replication_factor", "natural_keys", "metadata",
+                "samples", "bytes", "labels", "created_at", "stats_updated_at", "last_ingest"}
+SPLIT_KEYS = {"dataset", "name", "version", "split_id", "dataset_id", "content_hash", "parts", "samples",
+              "created_at"}
+
+
+def demo_dataset(node, name, tmp_path, split=True):
+    """The demo slide set ingested as `name` (keys patient_id, slide_num, x, y; metadata scanner), split by patient."""
+    demo = make_demo_set(tmp_path, patients=3)
+    run(node, "dataset", "create", name, "--key", "patient_id", "--key", "slide_num:int", "--key", "x:int",
+        "--key", "y:int", "--meta", "scanner", "--encoding", "jpeg", "--label-names", "normal,tumor")
+    run(node, "ingest", name, str(demo.manifest))
+    if split:
+        run(node, "split", "create", name, "by-patient", "--ratios", "2,1", "--group-by", "patient_id")
+    first = demo.manifest.read_text().splitlines()[1].split(",")
+    return demo, first
+
+
+def test_listing_and_inspect_commands_print_json_with_stable_keys(cassandra_node, dataset_name, tmp_path):
+    demo, first = demo_dataset(cassandra_node, dataset_name, tmp_path)
+    listed = json.loads(run(cassandra_node, "datasets", "--json").stdout)
+    mine = next(d for d in listed if d["name"] == dataset_name)
+    assert set(mine) == DATASET_KEYS
+    assert mine["samples"] == demo.images and mine["encoding"] == {"kind": "jpeg", "dtype": None, "shape": None}
+    assert [k["name"] for k in mine["natural_keys"]] == ["patient_id", "slide_num", "x", "y"]
+    assert [(label["label"], label["name"]) for label in mine["labels"]] == [(0, "normal"), (1, "tumor")]
+    assert sum(label["samples"] for label in mine["labels"]) == demo.images
+    assert json.loads(run(cassandra_node, "inspect", dataset_name, "--json").stdout) == mine
+
+    splits = json.loads(run(cassandra_node, "split", "list", dataset_name, "--json").stdout)
+    assert [set(s) for s in splits] == [SPLIT_KEYS]
+    assert splits[0]["dataset_id"] == mine["dataset_id"] and sum(splits[0]["parts"].values()) == demo.images
+    shown = json.loads(run(cassandra_node, "split", "show", dataset_name, "by-patient", "--json").stdout)
+    assert set(shown) == SPLIT_KEYS | {"spec", "stats"}
+    assert shown["spec"]["group_by"] == ["patient_id"]
+    cell = shown["stats"]["parts"][0]["labels"]["1"]
+    assert set(cell) == {"samples", "target", "available"}
+
+    uid = sample_uuid(dataset_name, (first[1], int(first[2]), int(first[3]), int(first[4])))
+    sample = json.loads(run(cassandra_node, "get", dataset_name, str(uid), "--json").stdout)
+    assert set(sample) == {"dataset", "uuid", "label", "label_name", "bytes", "fields", "output"}
+    assert sample["uuid"] == str(uid) and sample["output"] is None
+    assert sample["fields"] == {"patient_id": first[1], "slide_num": int(first[2]), "x": int(first[3]),
+                                "y": int(first[4]), "scanner": first[5]}
+
+
+def test_a_sample_is_looked_up_by_natural_key_or_by_uuid(cassandra_node, dataset_name, tmp_path):
+    _, first = demo_dataset(cassandra_node, dataset_name, tmp_path, split=False)
+    key = ["--key", f"patient_id={first[1]}", "--key", f"slide_num={first[2]}", "--key", f"x={first[3]}",
+           "--key", f"y={first[4]}"]
+    target = tmp_path / "by-key.jpg"
+    by_key = json.loads(run(cassandra_node, "get", dataset_name, *key, "-o", str(target), "--json").stdout)
+    uid = sample_uuid(dataset_name, (first[1], int(first[2]), int(first[3]), int(first[4])))
+    assert by_key["uuid"] == str(uid) and by_key["output"] == str(target)
+    assert target.read_bytes() == (tmp_path / first[0]).read_bytes()
+    assert by_key["fields"]["scanner"] == first[5] and by_key["label"] == int(first[6])
+
+    shown = run(cassandra_node, "get", dataset_name, str(uid)).stdout
+    assert str(uid) in shown and f"patient_id  {first[1]}" in shown and f"scanner     {first[5]}" in shown
+    for args, message in [
+        (["--key", f"patient_id={first[1]}"], f"error: dataset '{dataset_name}' is keyed by patient_id, slide_num, "
+                                              "x, y: give each of them once"),
+        ([*key[:-1], "y=abc"], f"error: dataset '{dataset_name}': y='abc' is not an integer"),
+        ([str(uid), *key], "error: give a sample's UUID or its natural key"),
+        ([*key[:-1], "y=999999"], f"error: dataset '{dataset_name}' has no sample with patient_id="),
+    ]:
+        proc = run(cassandra_node, "get", dataset_name, *args, check=False)
+        assert proc.returncode == 1 and proc.stderr.startswith(message), proc.stderr
+
+
+def test_tables_are_never_cut_when_piped(cassandra_node, dataset_name, tmp_path):
+    demo_dataset(cassandra_node, dataset_name, tmp_path)
+    narrow = {"COLUMNS": "40"}
+    for args in (["datasets"], ["split", "list", dataset_name], ["split", "show", dataset_name, "by-patient"]):
+        rows = [line for line in run(cassandra_node, *args, env=narrow).stdout.splitlines() if line.startswith("│")]
+        assert rows and not any("…" in row for row in rows), args
+    datasets = run(cassandra_node, "datasets", env=narrow).stdout
+    assert any(dataset_name in line and "jpeg" in line for line in datasets.splitlines())
+    listed = run(cassandra_node, "split", "list", dataset_name, env=narrow).stdout
+    assert any(line.count(dataset_name) == 1 and "by-patient" in line and "sha256" not in line
+               for line in listed.splitlines())
+
+
+def test_split_show_prints_achieved_vs_target_per_part_and_class(cassandra_node, dataset_name, tmp_path):
+    classes = [f"class{c}" for c in range(10)]
+    run(cassandra_node, "dataset", "create", dataset_name, "--key", "item:int", "--encoding", "raw", "--dtype",
+        "uint8", "--shape", "4", "--label-names", ",".join(classes))
+    for i in range(200):
+        (tmp_path / f"{i}.bin").write_bytes(bytes(4))
+    (tmp_path / "m.csv").write_text("path,item,label\n" + "".join(f"{i}.bin,{i},{i % 10}\n" for i in range(200)))
+    run(cassandra_node, "ingest", dataset_name, str(tmp_path / "m.csv"))
+    run(cassandra_node, "split", "create", dataset_name, "s", "--ratios", "7,2,1")
+    shown = run(cassandra_node, "split", "show", dataset_name, "s").stdout
+    for label, name in enumerate(classes):
+        row = next(line for line in shown.splitlines() if f"{label} {name} " in line)
+        assert re.findall(r"(\d+)/(\d+) \((\d+)\)", row) == [("14", "14", "14"), ("4", "4", "4"), ("2", "2", "2")]
+
+
+def test_wrong_typed_where_values_get_one_message_shape(cassandra_node, dataset_name, tmp_path):
+    run(cassandra_node, "dataset", "create", dataset_name, "--key", "site:text", "--key", "item:int", "--meta",
+        "score:double", "--meta", "flagged:boolean", "--encoding", "raw", "--dtype", "uint8", "--shape", "4")
+    for i in range(20):
+        (tmp_path / f"{i}.bin").write_bytes(bytes(4))
+    (tmp_path / "m.csv").write_text("path,site,item,score,flagged,label\n"
+                                    + "".join(f"{i}.bin,00{i % 3},{i},{i / 2},{i % 2 == 0},{i % 2}\n"
+                                              for i in range(20)))
+    run(cassandra_node, "ingest", dataset_name, str(tmp_path / "m.csv"))
+    for where, message in [
+        ("site == 001", "filter site == 1: site is text, 1 is not (quote it: site == '1')"),
+        ("site in (001, 'b')", "filter site in (1, 'b'): site is text, 1 is not"),
+        ("item == abc", "filter item == 'abc': item is an integer, 'abc' is not"),
+        ("score > high", "filter score > 'high': score is a number, 'high' is not"),
+        ("flagged == 1", "filter flagged == 1: flagged is a boolean, 1 is not"),
+    ]:
+        proc = run(cassandra_node, "split", "create", dataset_name, "s", "--where", where, check=False)
+        assert proc.returncode == 1, where
+        assert proc.stderr.startswith(f"error: {message}"), proc.stderr
+    run(cassandra_node, "split", "create", dataset_name, "s", "--where", "site == '001'", "--ratios", "1")
