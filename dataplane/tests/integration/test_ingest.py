@@ -28,9 +28,9 @@ def image_bytes(fmt: str, seed: int) -> bytes:
 def assert_round_trip(store, schema, expected: dict[tuple, tuple[int, bytes]]):
     """Every natural key maps to its UUID, whose stored label and bytes equal the input exactly."""
     for key, (label, data) in expected.items():
-        stored_label, stored = store.sample(schema.name, sample_uuid(schema.name, key))
-        assert stored_label == label
-        assert stored == data
+        record = store.sample(schema.name, sample_uuid(schema.name, key))
+        assert record.label == label
+        assert record.data == data
     info = store.refresh_stats(schema.name)
     assert info.samples == len(expected)
     assert info.bytes == sum(len(d) for _, d in expected.values())

@@ -50,5 +50,5 @@ def test_ring_grows_and_shrinks_with_data_intact(cassandra_ring, tmp_path):
         status = ring.nodetool(1, "status")
         assert "127.0.20.2" not in status and status.count("UN  ") == 3
         assert digest_all(store.session, "ring_rf2") == before
-        label, data = store.sample("ring_rf2", sample_uuid("ring_rf2", (7,)))
-        assert (label, data) == (1, hashlib.sha256(b"7").digest() * 128)
+        record = store.sample("ring_rf2", sample_uuid("ring_rf2", (7,)))
+        assert (record.label, record.data) == (1, hashlib.sha256(b"7").digest() * 128)
