@@ -52,4 +52,4 @@ class ClusterAddress:
             return _native.Session(list(self.hosts), self.port, self.username, self.password, consistency,
                                    tls_ca_file=self.tls_ca_file, local_dc=self.local_dc or None)
         except ring_failures() as exc:
-            raise ring_error(exc, f"connecting to {self.where}") from None
+            raise ring_error(exc, where=self.where) from None

@@ -59,43 +59,42 @@ def ring_failures() -> tuple[type[BaseException], ...]:
     return _native.RingError, ConnectionError, NoHostAvailable, cassandra.DriverException
 
 
-def ring_error(exc: BaseException, doing: str) -> RingfeedError:
-    """The RingfeedError for a failure of the ring while ``doing`` something (e.g. "reading demo.data_by_uuid")."""
+def ring_error(exc: BaseException, doing: str | None = None, where: str | None = None) -> RingfeedError:
+    """The RingfeedError for a failure of the ring at ``where`` (its contact points, when known) while ``doing``
+    something (e.g. "reading demo.data_by_uuid"; None when connecting)."""
     import cassandra
     from cassandra.cluster import NoHostAvailable
 
     from ringfeed import _native
 
-    detail = _one_line(exc)
     if isinstance(exc, RingfeedError):
         return exc
+    prefix = f"{doing}: " if doing else ""
+    ring = f"Cassandra at {where}" if where else "Cassandra"
+    detail = _one_line(exc)
     if isinstance(exc, NoHostAvailable):
         causes = list((exc.errors or {}).values())
         if causes and all(isinstance(cause, cassandra.AuthenticationFailed) for cause in causes):
-            return AuthenticationFailed(f"{doing}: the ring refused the credentials ({_one_line(causes[0])}); "
+            return AuthenticationFailed(f"{prefix}{ring} refused the credentials ({_one_line(causes[0])}); "
                                         f"{CREDENTIALS_HINT}")
-        return RingUnavailable(f"{doing}: cannot reach Cassandra ({_first_cause(exc)}); {RING_DOWN_HINT}")
+        return RingUnavailable(f"{prefix}cannot reach {ring} ({_one_line(causes[0] if causes else exc)}); "
+                               f"{RING_DOWN_HINT}")
     if isinstance(exc, (_native.AuthenticationFailed, cassandra.AuthenticationFailed, cassandra.Unauthorized)):
-        return AuthenticationFailed(f"{doing}: the ring refused the credentials or their permissions ({detail}); "
+        return AuthenticationFailed(f"{prefix}{ring} refused the credentials or their permissions ({detail}); "
                                     f"{CREDENTIALS_HINT}")
     if isinstance(exc, (_native.Unreachable, cassandra.Unavailable)):
-        return RingUnavailable(f"{doing}: cannot reach Cassandra, or too few replicas are up ({detail}); "
+        return RingUnavailable(f"{prefix}cannot reach {ring}, or too few replicas are up ({detail}); "
                                f"{RING_DOWN_HINT}")
     if isinstance(exc, (_native.Timeout, cassandra.OperationTimedOut, cassandra.Timeout)):
-        return RingTimeout(f"{doing}: the ring did not answer in time ({detail}); it may be overloaded or a node "
+        return RingTimeout(f"{prefix}{ring} did not answer in time ({detail}); it may be overloaded or a node "
                            "failing: run it again, with less concurrency if it persists")
     if isinstance(exc, (_native.Rejected, cassandra.RequestValidationException)):
-        return SchemaMismatch(f"{doing}: the ring rejected the request ({detail}); the tables no longer match the "
+        return SchemaMismatch(f"{prefix}{ring} rejected the request ({detail}); the tables no longer match the "
                               "dataset's schema (changed outside Ringfeed?): restore them, or drop and re-create "
                               "the dataset")
     if isinstance(exc, ConnectionError):  # native connect problems of configuration (TLS, datacenter)
-        return RingUnavailable(f"{doing}: {detail}")
-    return RingfeedError(f"{doing}: the ring failed ({detail}); run it again once the ring is healthy")
-
-
-def _first_cause(exc) -> str:
-    causes = list((getattr(exc, "errors", None) or {}).values())
-    return _one_line(causes[0] if causes else exc)
+        return RingUnavailable(prefix + detail)
+    return RingfeedError(f"{prefix}{ring} failed ({detail}); run it again once the ring is healthy")
 
 
 def _one_line(exc: BaseException) -> str:

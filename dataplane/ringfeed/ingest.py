@@ -139,7 +139,7 @@ def ingest(store: Store, dataset: str, source_path: str, options: IngestOptions 
     try:
         statements = {table: session.prepare(cql) for table, cql in schema.insert_statements().items()}
     except ring_failures() as exc:
-        raise ring_error(exc, f"ingest into {dataset!r}") from None
+        raise ring_error(exc, f"ingest into {dataset!r}", store.address.where) from None
     writer = session.writer(concurrency=options.concurrency)
     builder = _ChunkBuilder(schema, options)
     summary = IngestSummary(dataset, str(source_path))
@@ -161,7 +161,8 @@ def ingest(store: Store, dataset: str, source_path: str, options: IngestOptions 
             written = writer.stats()
             raise ring_error(exc, f"ingest of {dataset!r} interrupted after {written['rows']:,} rows written and "
                                   f"{written['retries']:,} retries (re-run the same command to finish it: "
-                                  "re-ingesting rewrites the same rows, nothing is duplicated)") from None
+                                  "re-ingesting rewrites the same rows, nothing is duplicated)",
+                             store.address.where) from None
         finally:
             for future in pending:
                 future.cancel()

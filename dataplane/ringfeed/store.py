@@ -97,7 +97,7 @@ class Store:
             # A local datacenter without nodes leaves no host to connect to: say so rather than "unreachable".
             problem = self._unknown_datacenter()
             self._cluster.shutdown()
-            raise (RingUnavailable(problem) if problem else ring_error(exc, f"connecting to {self.address.where}")
+            raise (RingUnavailable(problem) if problem else ring_error(exc, where=self.address.where)
                    ) from None
         if problem := self._unknown_datacenter():
             self._cluster.shutdown()
@@ -267,7 +267,7 @@ class Store:
         try:
             return scan_table(self.native, schema.keyspace, table, schema.partition_key(table), columns, progress)
         except ring_failures() as exc:
-            raise ring_error(exc, f"reading {schema.keyspace}.{table}") from None
+            raise ring_error(exc, f"reading {schema.keyspace}.{table}", self.address.where) from None
 
     # -- catalog --------------------------------------------------------------------------------------------------
 

@@ -291,7 +291,7 @@ class Loader:
                     fetched = fetcher.take(None if self.out_of_order else order[0])
                 except ring_failures() as exc:
                     raise ring_error(exc, f"reading {self.source.split} part {self.source.part} from "
-                                          f"{self.source.keyspace}.data_by_uuid") from None
+                                          f"{self.source.keyspace}.data_by_uuid", self.source.address.where) from None
                 finally:
                     self.stats.wait_s += time.perf_counter() - started
                     self.stats.retries = self._retries_before_fetcher + fetcher.retries
@@ -333,7 +333,8 @@ class Loader:
                                                 request_bytes=self.request_bytes,
                                                 sample_bytes=self.source.sample_bytes, **options)
             except ring_failures() as exc:
-                raise ring_error(exc, f"opening {self.source.keyspace}.data_by_uuid") from None
+                raise ring_error(exc, f"opening {self.source.keyspace}.data_by_uuid",
+                                 self.source.address.where) from None
             self._fetcher_pid = os.getpid()
             self._retries_before_fetcher = self.stats.retries  # a fetcher counts its own retries from zero
         return self._fetcher

@@ -79,7 +79,7 @@ def test_errors_are_one_line_with_non_zero_exit(cassandra_node, dataset_name, tm
 def test_unreachable_ring_is_a_clear_error():
     proc = subprocess.run([RINGFEED, "--hosts", "127.0.99.1", "datasets"], capture_output=True, text=True)
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: connecting to 127.0.99.1:9042: cannot reach Cassandra (")
+    assert proc.stderr.startswith("error: cannot reach Cassandra at 127.0.99.1:9042 (")
     assert "is the ring up and --hosts (RINGFEED_HOSTS) right?" in proc.stderr
 
 

@@ -18,8 +18,17 @@ import pytest
 from PIL import Image
 
 from ringfeed import Decode, Loader, _native
-from ringfeed.errors import (AuthenticationFailed, DatasetNotFound, PartNotFound, RingTimeout,
-                             RingUnavailable, SampleNotFound, SchemaMismatch, SplitNotFound, ring_error)
+from ringfeed.errors import (
+    AuthenticationFailed,
+    DatasetNotFound,
+    PartNotFound,
+    RingTimeout,
+    RingUnavailable,
+    SampleNotFound,
+    SchemaMismatch,
+    SplitNotFound,
+    ring_error,
+)
 from ringfeed.ingest import ingest
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec, create_split
@@ -63,8 +72,8 @@ def login(password_node):
 
 def test_a_wrong_password_is_authentication_failed(login):
     wrong = dataclasses.replace(login, password="wrong")
-    with pytest.raises(AuthenticationFailed, match=r"^connecting to 127\.0\.31\.1:9042: the ring refused the "
-                                                   r"credentials .*; check --username/--password"):
+    with pytest.raises(AuthenticationFailed, match=r"^Cassandra at 127\.0\.31\.1:9042 refused the credentials "
+                                                   r".*; check --username/--password"):
         Store(wrong, connect_timeout_s=10)
     with pytest.raises(AuthenticationFailed, match="refused the credentials"):
         wrong.native_session()
@@ -72,7 +81,7 @@ def test_a_wrong_password_is_authentication_failed(login):
         dataclasses.replace(login, username=None, password=None).native_session()
     proc = run(wrong, "datasets")
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: connecting to 127.0.31.1:9042: the ring refused the credentials")
+    assert proc.stderr.startswith("error: Cassandra at 127.0.31.1:9042 refused the credentials")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
@@ -87,18 +96,18 @@ def test_a_node_stopped_mid_epoch_is_ring_unavailable_and_its_retries_are_counte
     next(batches)
     password_node.kill()
     try:
-        with pytest.raises(RingUnavailable, match=r"^reading .* from t_\w+\.data_by_uuid: cannot reach Cassandra, or "
-                                                  r"too few replicas are up \(.*failed after 3 retries.*\); is the "
-                                                  r"ring up") as error:
+        with pytest.raises(RingUnavailable, match=r"^reading .* from t_\w+\.data_by_uuid: cannot reach Cassandra at "
+                                                  r"127\.0\.31\.1:9042, or too few replicas are up \(.*failed after "
+                                                  r"3 retries.*\); is the ring up") as error:
             for _ in batches:
                 pass
         assert "\n" not in str(error.value)
         assert loader.stats.retries >= 3  # the failed read's own retries, at least
-        with pytest.raises(RingUnavailable, match="^connecting to 127.0.31.1:9042: cannot reach Cassandra"):
+        with pytest.raises(RingUnavailable, match="^cannot reach Cassandra at 127.0.31.1:9042"):
             login.native_session()
         proc = run(login, "inspect", name)
         assert proc.returncode == 1
-        assert proc.stderr.startswith("error: connecting to 127.0.31.1:9042: cannot reach Cassandra")
+        assert proc.stderr.startswith("error: cannot reach Cassandra at 127.0.31.1:9042")
     finally:
         password_node.restart()
 
@@ -115,7 +124,7 @@ def test_a_request_that_times_out_is_ring_timeout_and_its_retries_are_counted(st
     assert fetcher.retries == 2
     error = ring_error(raised.value, "reading")
     assert isinstance(error, RingTimeout)
-    assert str(error).startswith("reading: the ring did not answer in time (reading 64 samples")
+    assert str(error).startswith("reading: Cassandra did not answer in time (reading 64 samples")
     session.close()
 
 
@@ -158,12 +167,13 @@ def test_data_or_tables_that_do_not_fit_the_schema_are_schema_mismatch(store, ca
     # A table changed outside Ringfeed: its column is gone.
     store.session.execute(f"ALTER TABLE {dataset_name}.metadata_by_nat DROP site")
     (tmp_path / "full.csv").write_text("path,item,site,label\n0.bin,0,a,0\n")
-    with pytest.raises(SchemaMismatch, match=f"^ingest into '{dataset_name}': the ring rejected the request "
-                                             r"\(cannot prepare .*site.*\); the tables no longer match"):
+    with pytest.raises(SchemaMismatch, match=f"^ingest into '{dataset_name}': Cassandra at 127.0.10.1:9042 rejected "
+                                             r"the request \(cannot prepare .*site.*\); the tables no longer match"):
         ingest(store, dataset_name, str(tmp_path / "full.csv"))
     proc = run(cassandra_node.address, "ingest", dataset_name, str(tmp_path / "full.csv"))
     assert proc.returncode == 1
-    assert proc.stderr.startswith(f"error: ingest into '{dataset_name}': the ring rejected the request")
+    assert proc.stderr.startswith(f"error: ingest into '{dataset_name}': Cassandra at 127.0.10.1:9042 rejected the "
+                                  "request")
     assert "Traceback" not in proc.stderr
 
 
