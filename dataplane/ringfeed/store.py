@@ -18,8 +18,15 @@ from collections.abc import Callable
 import numpy as np
 
 from ringfeed.connection import ClusterAddress
-from ringfeed.errors import (DatasetNotFound, RingfeedError, RingUnavailable, SampleNotFound, SchemaMismatch,
-                             ring_error, ring_failures)
+from ringfeed.errors import (
+    DatasetNotFound,
+    RingfeedError,
+    RingUnavailable,
+    SampleNotFound,
+    SchemaMismatch,
+    ring_error,
+    ring_failures,
+)
 from ringfeed.schema import CATALOG_KEYSPACE, METADATA_BY_NAT, DatasetSchema, catalog_ddl
 from ringfeed.table import ColumnarTable, scan_table
 
@@ -65,8 +72,12 @@ class Store:
         from cassandra import ConsistencyLevel
         from cassandra.auth import PlainTextAuthProvider
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-        from cassandra.policies import (ConstantReconnectionPolicy, DCAwareRoundRobinPolicy, RoundRobinPolicy,
-                                        TokenAwarePolicy)
+        from cassandra.policies import (
+            ConstantReconnectionPolicy,
+            DCAwareRoundRobinPolicy,
+            RoundRobinPolicy,
+            TokenAwarePolicy,
+        )
         from cassandra.query import tuple_factory
 
         self.address = address or ClusterAddress.from_env()
@@ -326,5 +337,5 @@ def _info_from_row(row) -> DatasetInfo:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 

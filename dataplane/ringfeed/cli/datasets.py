@@ -10,9 +10,18 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ringfeed.cli.app import console, main, open_store
-from ringfeed.cli.render import (JSON_OPTION, dataset_json, human_bytes, print_json, print_label_table, print_table,
-                                 progress_bar, sample_json)
+from ringfeed.cli.render import (
+    JSON_OPTION,
+    dataset_json,
+    human_bytes,
+    print_json,
+    print_label_table,
+    print_table,
+    progress_bar,
+    sample_json,
+)
 from ringfeed.errors import RingfeedError
+
 
 @main.group()
 def dataset():

@@ -10,6 +10,7 @@ from rich.table import Table
 from ringfeed.cli.app import console, default_local_dir, main
 from ringfeed.cli.render import JSON_OPTION, human_bytes, print_json, print_table
 
+
 @main.group()
 @click.option("--state-dir", type=click.Path(path_type=Path), default=default_local_dir, show_default=True,
               help="Config, data, logs and PIDs of the local ring [env RINGFEED_LOCAL_DIR].")

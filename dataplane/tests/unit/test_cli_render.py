@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from ringfeed.cli.demo import describe_tables
 from ringfeed.cli.datasets import parse_key_values
+from ringfeed.cli.demo import describe_tables
 from ringfeed.cli.render import dataset_json, print_table, split_json
 from ringfeed.cli.splits import check_text_filters, class_table
 from ringfeed.errors import RingfeedError
@@ -36,7 +36,7 @@ def test_a_table_that_is_not_shown_on_a_terminal_keeps_its_natural_width():
 
 
 def test_dataset_json_keys_are_stable():
-    info = DatasetInfo(SCHEMA, dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc), 3, 300, {0: 2, 1: 1}, {0: 200, 1: 100},
+    info = DatasetInfo(SCHEMA, dt.datetime(2026, 1, 2, tzinfo=dt.UTC), 3, 300, {0: 2, 1: 1}, {0: 200, 1: 100},
                        None, None, uuid.UUID(int=7))
     document = dataset_json(info)
     assert list(document) == ["name", "keyspace", "dataset_id", "encoding", "replication_factor", "natural_keys",
