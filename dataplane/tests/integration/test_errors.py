@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from ringfeed.errors import (
     SplitNotFound,
     ring_error,
 )
-from ringfeed.ingest import ingest
+from ringfeed.ingest import IngestOptions, ingest
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec, create_split
 from ringfeed.store import Store
@@ -110,6 +111,40 @@ def test_a_node_stopped_mid_epoch_is_ring_unavailable_and_its_retries_are_counte
         assert proc.stderr.startswith("error: cannot reach Cassandra at 127.0.31.1:9042")
     finally:
         password_node.restart()
+
+
+def test_a_node_stopped_mid_ingest_names_the_writers_retries(password_node, login, tmp_path):
+    name = "t_" + uuid.uuid4().hex[:12]
+    rows = 3000
+    with Store(login) as store:
+        store.create_dataset(DatasetSchema(name, (Column("item", "int"),), Encoding("raw", "uint8", (SAMPLE_BYTES,))))
+        for i in range(rows):
+            (tmp_path / f"{i}.bin").write_bytes(bytes([i % 256]) * SAMPLE_BYTES)
+        (tmp_path / "m.csv").write_text("path,item,label\n" + "".join(f"{i}.bin,{i},0\n" for i in range(rows)))
+
+        class StopHalfway:
+            done = 0
+            stopped = False
+
+            def start(self, total):
+                pass
+
+            def advance(self, inputs):
+                self.done += inputs
+                if self.done >= rows // 2 and not self.stopped:
+                    self.stopped = True
+                    password_node.kill()
+
+        try:
+            with pytest.raises((RingUnavailable, RingTimeout),
+                               match=r"^ingest of 't_\w+' interrupted after [\d,]+ rows written and [\d,]+ retries "
+                                     r"\(re-run the same command") as error:
+                ingest(store, name, str(tmp_path / "m.csv"), IngestOptions(chunk_size=32), StopHalfway())
+            retries = re.search(r"and ([\d,]+) retries", str(error.value)).group(1)
+            assert int(retries.replace(",", "")) > 0
+            assert "\n" not in str(error.value)
+        finally:
+            password_node.restart()
 
 
 def test_a_request_that_times_out_is_ring_timeout_and_its_retries_are_counted(store, dataset_name, tmp_path):
