@@ -10,8 +10,9 @@ And decoded 224×224 JPEG batches:
       files on local disk (torch DataLoader, W worker processes, default collate), with the same decoder (the loader's
       own, `ringfeed._native.decode_image`, bilinear resize after a centre crop).
 Each dataset is flushed and compacted after ingest and read three times untimed (the node's caches and JIT warm
-up; for (d) by both sides); then every case runs `--rounds` times (`--decoded-rounds` for (d)), alternating sides. Rates shown are each side's best; ratios are the
-median over rounds of the two sides measured back to back (the node drifts between rounds on 2 shared cores).
+up; for (d) by both sides); then every case runs `--rounds` times (`--decoded-rounds` for (d)), alternating sides.
+Rates shown are each side's best; ratios are the median over rounds of the two sides measured back to back (the
+node drifts between rounds on 2 shared cores).
 For (d) the CPU time per image of the loader process (with its workers) and of the Cassandra node is printed too.
 Ends with one BAR line per bar.
 """
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -209,11 +211,11 @@ def main() -> int:
                 for batch in BATCH_SIZES:
                     order = np.concatenate(list(Loader.from_source(source, batch, seed=1).plan.batches(0)))
                     best, per_round = best_of(args.rounds, {
-                        "(a) rust reference": lambda: run_reference(args.refreader, ring.hosts[0], source, order,
-                                                                    batch, args.concurrency, tmp),
-                        "(b) ringfeed": lambda: run_loader(source, batch, args.concurrency),
-                        "(c) python driver": lambda: run_python_driver(store.session, source, order, batch,
-                                                                       args.concurrency),
+                        "(a) rust reference": partial(run_reference, args.refreader, ring.hosts[0], source, order,
+                                                      batch, args.concurrency, tmp),
+                        "(b) ringfeed": partial(run_loader, source, batch, args.concurrency),
+                        "(c) python driver": partial(run_python_driver, store.session, source, order, batch,
+                                                     args.concurrency),
                     })
                     for side, (r, s, b) in best.items():
                         print(f"{size // 1000:>4}kB {batch:>5} {side:>16} {r / s:>8,.0f} {b / s / 1e6:>7.1f} "

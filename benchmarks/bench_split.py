@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from bench_node import dedicated_node
 
 REPO = Path(__file__).resolve().parents[1]

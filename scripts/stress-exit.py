@@ -38,6 +38,7 @@ SPLIT = "by-patient"
 def child_loader_mid_epoch(dataset: str) -> None:
     """Decoding loader abandoned after one batch with the window full, beside another library's DataLoader workers."""
     import torch.utils.data
+
     from ringfeed import Decode, Loader
 
     others = iter(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(64.0)), batch_size=8,
@@ -63,6 +64,7 @@ def child_torch_workers(dataset: str) -> None:
 def child_fork_after_loader(dataset: str) -> None:
     """A loader read in the main process, then forked workers of another library inherit its native session."""
     import torch.utils.data
+
     from ringfeed import Decode, Loader
 
     loader = Loader(dataset, SPLIT, "val", 8, decode=Decode(32, 32), decode_threads=2)
@@ -212,8 +214,8 @@ def execute(run: Run, number: int, env: dict, scratch: Path, report_dir: Path, t
     cwd = scratch / f"run-{number}"
     cwd.mkdir()
     try:
-        result = subprocess.run(run.argv, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s,
-                                preexec_fn=enable_core_dumps)
+        result = subprocess.run(run.argv, check=False, cwd=cwd, env=env, capture_output=True, text=True,
+                                timeout=timeout_s, preexec_fn=enable_core_dumps)
         code, stderr = result.returncode, result.stderr
     except subprocess.TimeoutExpired as exc:
         code, stderr = "timeout", (exc.stderr or b"").decode(errors="replace")

@@ -84,7 +84,8 @@ def namespace(cluster: Cluster, request) -> str:
         metadata=client.V1ObjectMeta(name=name, labels={"ringfeed.io/test": "true"})))
     # Pods are admitted only once the namespace's default ServiceAccount exists.
     cluster.wait(f"ServiceAccount default in {name}",
-                 lambda: cluster.core.list_namespaced_service_account(name, field_selector="metadata.name=default").items)
+                 lambda: cluster.core.list_namespaced_service_account(
+                     name, field_selector="metadata.name=default").items)
     yield name
     failed = any(getattr(getattr(request.node, f"report_{when}", None), "failed", False)
                  for when in ("setup", "call"))

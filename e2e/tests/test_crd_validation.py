@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from functools import partial
 
 import pytest
 import yaml
@@ -475,7 +476,7 @@ def test_split_parameters_are_immutable_but_its_metadata_is_not(crds: Api, names
     crds.create(namespace, sample("Split"))
     for patch in ({"spec": {"seed": 7}}, {"spec": {"ratios": [8, 1, 1]}}, {"spec": {"filters": None}},
                   {"spec": {"balance": {"mode": "equal"}}}):
-        message, _ = rejection(lambda: crds.patch(namespace, "Split", "by-patient", patch))
+        message, _ = rejection(partial(crds.patch, namespace, "Split", "by-patient", patch))
         assert "Split parameters are immutable once created: create a new Split with another name" in message
     patched = crds.patch(namespace, "Split", "by-patient", {"metadata": {"labels": {"team": "pathology"}}})
     assert patched["metadata"]["labels"] == {"team": "pathology"}
@@ -487,7 +488,7 @@ def test_dataset_schema_and_storage_layout_are_immutable_but_ingest_is_not(crds:
     schema = sample("Dataset")["spec"]["schema"]
     for change in ({"metadata": schema["metadata"] + [{"name": "stain", "type": "text"}]},
                    {"labelNames": ["normal", "tumor", "other"]}, {"metadataByUuid": False}):
-        message, _ = rejection(lambda: crds.patch(namespace, "Dataset", "slides", {"spec": {"schema": change}}))
+        message, _ = rejection(partial(crds.patch, namespace, "Dataset", "slides", {"spec": {"schema": change}}))
         assert "spec.schema is immutable: the tables exist; create a new Dataset" in message
     message, _ = rejection(lambda: crds.patch(namespace, "Dataset", "slides",
                                               {"spec": {"replication": {"replicationFactor": 3}}}))

@@ -127,9 +127,11 @@ def test_a_pod_reaches_the_apiserver_through_service_kubernetes(cluster: Cluster
               "sa = '/var/run/secrets/kubernetes.io/serviceaccount'\n"
               "host, port = os.environ['KUBERNETES_SERVICE_HOST'], os.environ['KUBERNETES_SERVICE_PORT']\n"
               "request = urllib.request.Request(f'https://kubernetes.default.svc/api/v1/namespaces/"
-              f"{namespace}/serviceaccounts/default', headers={{'Authorization': 'Bearer ' + open(sa + '/token').read()}})\n"
+              f"{namespace}/serviceaccounts/default', "
+              "headers={'Authorization': 'Bearer ' + open(sa + '/token').read()})\n"
               "context = ssl.create_default_context(cafile=sa + '/ca.crt')\n"
-              "print(host, port, json.load(urllib.request.urlopen(request, context=context, timeout=5))['metadata']['name'])")
+              "print(host, port, json.load(urllib.request.urlopen(request, context=context, timeout=5))"
+              "['metadata']['name'])")
     # The default ServiceAccount may read nothing; this one may read ServiceAccounts of its namespace.
     cluster.kubectl("create", "role", "read-sa", "--verb=get", "--resource=serviceaccounts", "-n", namespace)
     cluster.kubectl("create", "rolebinding", "read-sa", "--role=read-sa", f"--serviceaccount={namespace}:default",

@@ -21,13 +21,13 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from kubecluster import REPO, RING_ADDRESS_PREFIX, Cluster
-
 from ringfeed.connection import ClusterAddress
 from ringfeed.local import LocalRing, RingSettings
 from ringfeed.splits import SplitSpec, load_split
 from ringfeed.splits.engine import compute_split
 from ringfeed.store import Store
+
+from kubecluster import REPO, RING_ADDRESS_PREFIX, Cluster
 
 CHART = REPO / "charts" / "ringfeed"
 LOCAL_VALUES = REPO / "e2e" / "values-local.yaml"

@@ -22,7 +22,8 @@ from ringfeed_operator.config import Config, JobResourcesError, JobsConfig, pars
               help="Data-plane image of the ingest and split Jobs (runs `ringfeed ingest` / `ringfeed split create`).")
 @click.option("--job-image-pull-policy", default=JobsConfig.image_pull_policy, show_default=True,
               type=click.Choice(["Always", "IfNotPresent", "Never"]))
-@click.option("--job-service-account", default=JobsConfig.service_account, help="Service account of the Jobs (default: the namespace's).")
+@click.option("--job-service-account", default=JobsConfig.service_account,
+              help="Service account of the Jobs (default: the namespace's).")
 @click.option("--job-backoff-limit", default=JobsConfig.backoff_limit, show_default=True, type=click.IntRange(0, 20),
               help="Retries of a failed Job Pod before the Job (and the ingest or split) is reported failed.")
 @click.option("--job-allow-host-path", is_flag=True,

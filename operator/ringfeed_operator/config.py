@@ -62,8 +62,8 @@ class JobResourcesError(ValueError):
 def parse_job_resources(text: str, defaults: dict) -> dict:
     """The resources per role that `--job-resources` gives: a JSON object whose keys are roles (ingest, split) and
     whose values are ResourceRequirements (limits, requests); a role given replaces that role's defaults, a role
-    left out keeps them. Raises JobResourcesError naming the problem, so that a bad chart value stops the operator at its
-    start instead of failing every Job it creates."""
+    left out keeps them. Raises JobResourcesError naming the problem, so that a bad chart value stops the operator at
+    its start instead of failing every Job it creates."""
     try:
         overrides = json.loads(text)
     except json.JSONDecodeError as error:
@@ -83,6 +83,6 @@ def parse_job_resources(text: str, defaults: dict) -> dict:
                                  "\"4Gi\"}")
             for resource, quantity in quantities.items():
                 if isinstance(quantity, bool) or not QUANTITY.match(str(quantity)):
-                    raise JobResourcesError(f"{role}.{section}.{resource}: {quantity!r} is not a quantity (e.g. 500m, 2, "
-                                     "4Gi)")
+                    raise JobResourcesError(f"{role}.{section}.{resource}: {quantity!r} is not a quantity "
+                                            "(e.g. 500m, 2, 4Gi)")
     return {**defaults, **overrides}

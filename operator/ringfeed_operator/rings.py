@@ -9,9 +9,9 @@ from pathlib import Path
 
 from cassandra import DriverException, OperationTimedOut
 from cassandra.cluster import NoHostAvailable
+
 from ringfeed.errors import RingfeedError
 from ringfeed.store import Store
-
 from ringfeed_operator.builders.ring import credentials_secret, ring_address, tls_secret
 from ringfeed_operator.kube import Kube
 

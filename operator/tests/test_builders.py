@@ -8,6 +8,7 @@ import uuid
 
 import numpy as np
 import pytest
+
 from ringfeed.cli.splits import spec_from_options, split_create
 from ringfeed.errors import RingfeedError
 from ringfeed.schema import Column, DatasetSchema, Encoding
@@ -249,13 +250,15 @@ def test_tls_puts_the_ca_secret_where_the_data_plane_reads_it():
         pod = job["spec"]["template"]["spec"]
         container = pod["containers"][0]
         assert {"name": "RINGFEED_TLS_CA_FILE", "value": "/etc/ringfeed/tls/ca.crt"} in container["env"]
-        assert {"name": "ring-ca", "secret": {"secretName": "ring-ca", "items": [{"key": "ca.pem", "path": "ca.crt"}]}} \
-            in pod["volumes"]
+        ca_items = [{"key": "ca.pem", "path": "ca.crt"}]
+        ca_volume = {"name": "ring-ca", "secret": {"secretName": "ring-ca", "items": ca_items}}
+        assert ca_volume in pod["volumes"]
         assert {"name": "ring-ca", "mountPath": "/etc/ringfeed/tls", "readOnly": True} in container["volumeMounts"]
     plain = ingest_job(DATASET, "tumour_slides", "abcd1234", SETTINGS)["spec"]["template"]["spec"]
     assert "RINGFEED_TLS_CA_FILE" not in {e["name"] for e in plain["containers"][0]["env"]}
     dataset["spec"]["storage"]["external"]["tls"]["enabled"] = False
-    assert ring_address(dataset["spec"]["storage"]).tls_ca_file is None and tls_secret(dataset["spec"]["storage"]) is None
+    storage = dataset["spec"]["storage"]
+    assert ring_address(storage).tls_ca_file is None and tls_secret(storage) is None
 
 
 def test_the_ring_is_read_from_spec_storage_in_one_place():

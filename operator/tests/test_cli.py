@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import ringfeed_operator
 from click.testing import CliRunner
+
+import ringfeed_operator
 from ringfeed_operator.cli import main
 from ringfeed_operator.config import JobsConfig, parse_job_resources
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import yaml
+
 from ringfeed.schema import CATALOG_KEYSPACE, CQL_RESERVED
 from ringfeed_operator.config import QUANTITY
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import kopf
 import pytest
 from prometheus_client import CollectorRegistry
+
 from ringfeed_operator import main
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from ringfeed_operator.status import Conditions, job_state
 
 

@@ -26,7 +26,8 @@ def require_java() -> str:
     """Path of a Java 17+ runtime, or a one-line error saying how to get one."""
     java = shutil.which("java")
     if java is None:
-        raise RingfeedError("Java 17 is required to run Cassandra: install it (Debian: apt-get install openjdk-17-jre-headless)")
+        raise RingfeedError("Java 17 is required to run Cassandra: install it "
+                            "(Debian: apt-get install openjdk-17-jre-headless)")
     out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
     # `java -version` prints e.g. 'openjdk version "17.0.15" 2025-04-15' on stderr.
     try:

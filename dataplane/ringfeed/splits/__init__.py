@@ -10,8 +10,19 @@ from collections.abc import Callable
 
 from ringfeed.splits.engine import SplitResult, check_columns, compute_split, content_hash
 from ringfeed.splits.spec import Filter, SplitError, SplitSpec, parse_weights
-from ringfeed.splits.storage import (SplitDatasetMismatch, SplitNotFound, StoredSplit, delete_split, export_split,
-                                     get_split, import_split, list_splits, load_split, read_split_file, save_split)
+from ringfeed.splits.storage import (
+    SplitDatasetMismatch,
+    SplitNotFound,
+    StoredSplit,
+    delete_split,
+    export_split,
+    get_split,
+    import_split,
+    list_splits,
+    load_split,
+    read_split_file,
+    save_split,
+)
 
 
 def create_split(store, dataset: str, name: str, spec: SplitSpec,

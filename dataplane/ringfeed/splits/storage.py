@@ -83,7 +83,7 @@ def save_split(store, dataset: str, name: str, spec: SplitSpec, result: SplitRes
         f"INSERT INTO {CATALOG_KEYSPACE}.splits (dataset, name, version, split_id, created_at, spec_json, stats_json, "
         "content_hash, parts, part_sizes, chunk_rows, dataset_id) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) IF NOT EXISTS",
-        (dataset, name, version, split_id, dt.datetime.now(dt.timezone.utc), spec.to_json(),
+        (dataset, name, version, split_id, dt.datetime.now(dt.UTC), spec.to_json(),
          json.dumps(result.stats, sort_keys=True), result.content_hash, list(result.parts),
          [len(u) for u in result.parts.values()], CHUNK_ROWS, dataset_id),
     ).one()

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from ringfeed.demo import make_demo_set
 from ringfeed.ingest import ingest
 from ringfeed.schema import Column, DatasetSchema, Encoding

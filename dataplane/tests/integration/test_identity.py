@@ -21,8 +21,19 @@ from ringfeed.ids import sample_uuid
 from ringfeed.ingest import ingest
 from ringfeed.migration import migrate_dataset
 from ringfeed.schema import CATALOG_KEYSPACE, MIGRATION_TABLE, Column, DatasetSchema, Encoding
-from ringfeed.splits import (SplitDatasetMismatch, SplitResult, SplitSpec, content_hash, create_split, delete_split,
-                             export_split, import_split, list_splits, load_split, save_split)
+from ringfeed.splits import (
+    SplitDatasetMismatch,
+    SplitResult,
+    SplitSpec,
+    content_hash,
+    create_split,
+    delete_split,
+    export_split,
+    import_split,
+    list_splits,
+    load_split,
+    save_split,
+)
 from ringfeed.store import DatasetHasSplits, DatasetNeedsMigration
 
 RINGFEED = str(Path(sys.executable).with_name("ringfeed"))

@@ -60,7 +60,8 @@ def test_jpeg_manifest_round_trip(store, dataset_name, tmp_path):
 
 
 def test_png_imagefolder_round_trip(store, dataset_name, tmp_path):
-    schema = DatasetSchema(dataset_name, (Column("path", "text"),), Encoding("png"), metadata=(Column("class", "text"),))
+    schema = DatasetSchema(dataset_name, (Column("path", "text"),), Encoding("png"),
+                           metadata=(Column("class", "text"),))
     store.create_dataset(schema)
     expected = {}
     for i, cls in enumerate(["zebra", "ant", "moth"] * 5):
@@ -75,7 +76,8 @@ def test_png_imagefolder_round_trip(store, dataset_name, tmp_path):
 
 
 def test_tiff_webdataset_round_trip(store, dataset_name, tmp_path):
-    schema = DatasetSchema(dataset_name, (Column("key", "text"),), Encoding("tiff"), metadata=(Column("stain", "text"),))
+    schema = DatasetSchema(dataset_name, (Column("key", "text"),), Encoding("tiff"),
+                           metadata=(Column("stain", "text"),))
     store.create_dataset(schema)
     expected = {}
     for shard in range(2):
@@ -129,7 +131,7 @@ def test_reingest_is_idempotent_and_corrupt_inputs_are_counted(store, dataset_na
     assert first.written == demo.images
     assert first.rejected == {"corrupt": 3, "unreadable": 1, "bad metadata": 1}
     reasons = dict(first.examples)
-    assert reasons["manifest.csv:%d (patches/broken/truncated.jpg)" % (demo.images + 2)].startswith(
+    assert reasons[f"manifest.csv:{demo.images + 2} (patches/broken/truncated.jpg)"].startswith(
         "corrupt: truncated JPEG")
     assert any(r == "unreadable: No such file or directory" for r in reasons.values())
     assert any("label='tumour?' is not an integer" in r for r in reasons.values())

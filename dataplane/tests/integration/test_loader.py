@@ -44,7 +44,8 @@ def slides(module_store, tmp_path_factory):
         Encoding("jpeg"), metadata=(Column("scanner", "text"),), label_names=("normal", "tumor")))
     ingest(store, name, str(demo.manifest))
     create_split(store, name, "by-patient", SplitSpec(ratios=(7, 2, 1), group_by=("patient_id",), seed=1))
-    stored = {u: (label, data) for u, label, data in store.session.execute(f"SELECT uuid, label, data FROM {name}.data_by_uuid")}
+    rows = store.session.execute(f"SELECT uuid, label, data FROM {name}.data_by_uuid")
+    stored = {u: (label, data) for u, label, data in rows}
     return name, stored
 
 
@@ -84,7 +85,7 @@ def test_every_sample_exactly_once_per_epoch_across_ranks(module_store, slides, 
             delivered += all_uuids(batches)
             for x, y, uuids in batches:
                 assert isinstance(x, Blobs) and len(x) == len(y) == len(uuids)
-                for blob, label, u in zip(x, y, uuids):
+                for blob, label, u in zip(x, y, uuids, strict=True):
                     assert (int(label), bytes(blob)) == stored[uuid.UUID(bytes=u.tobytes())]
             assert loader.epoch == epoch + 1 and loader.offset == 0
         assert sorted(delivered) == expected, f"epoch {epoch}"
@@ -154,7 +155,7 @@ def test_decoded_images_match_an_independent_decoder(module_store, slides):
     loader = Loader(name, "by-patient", "val", 32, store=module_store, decode=Decode(96, 96), with_uuids=True)
     x, y, uuids = next(iter(loader))
     assert x.shape == (32, 96, 96, 3) and x.dtype == np.uint8 and x.flags.c_contiguous
-    for image, label, u in zip(x[:8], y, uuids):
+    for image, label, u in zip(x[:8], y, uuids, strict=False):  # the first 8 samples
         stored_label, data = stored[uuid.UUID(bytes=u.tobytes())]
         # The demo patches are 96×96: no resize, so only the JPEG decoders' rounding may differ.
         reference = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))

@@ -30,7 +30,8 @@ def test_ring_grows_and_shrinks_with_data_intact(cassandra_ring, tmp_path):
     assert all(node.running and node.cql_ready for node in ring.status())
     assert "UN  127.0.20.3" in ring.nodetool(1, "status")
 
-    schema = DatasetSchema("ring_rf2", (Column("n", "bigint"),), Encoding("raw", "uint8", (4096,)), replication_factor=2)
+    schema = DatasetSchema("ring_rf2", (Column("n", "bigint"),), Encoding("raw", "uint8", (4096,)),
+                           replication_factor=2)
     for i in range(ROWS):
         (tmp_path / f"{i}.bin").write_bytes(hashlib.sha256(str(i).encode()).digest() * 128)
     (tmp_path / "m.csv").write_text("path,n,label\n" + "".join(f"{i}.bin,{i},{i % 3}\n" for i in range(ROWS)))

@@ -102,7 +102,8 @@ def test_20k_rows_of_20kb_round_trip_byte_exact(cassandra_node, native, keyspace
 
 
 def test_every_supported_type_round_trips(cassandra_node, native, keyspace):
-    statement = native.prepare(f"INSERT INTO {keyspace}.all_types (id, tu, i, bi, si, ti, t, a, vc, b, d, f, flag, ts, l)"
+    statement = native.prepare(f"INSERT INTO {keyspace}.all_types"
+                               " (id, tu, i, bi, si, ti, t, a, vc, b, d, f, flag, ts, l)"
                                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
     assert [type_name for _, type_name in statement.columns] == [
         "uuid", "timeuuid", "int", "bigint", "smallint", "tinyint", "text", "ascii", "text", "blob", "double",
@@ -142,7 +143,7 @@ def test_bad_value_raises_and_nothing_of_the_call_is_sent(cassandra_node, native
                                                           message):
     statement = insert_data(native, keyspace, "typecheck")
     good = [(uuid.uuid4(), i, b"ok") for i in range(5)]
-    bad = dict(zip(("uuid", "label", "data"), good[3]), **{column: value})
+    bad = dict(zip(("uuid", "label", "data"), good[3], strict=True), **{column: value})
     rows = good[:3] + [tuple(bad.values())] + good[4:]
     writer = native.writer()
     with pytest.raises(error, match=message):

@@ -16,8 +16,20 @@ from ringfeed.errors import RingfeedError
 from ringfeed.ids import sample_uuid
 from ringfeed.ingest import ingest
 from ringfeed.schema import Column, DatasetSchema, Encoding
-from ringfeed.splits import (Filter, SplitError, SplitNotFound, SplitSpec, compute_split, create_split, delete_split,
-                             export_split, list_splits, load_split, read_split_file, save_split)
+from ringfeed.splits import (
+    Filter,
+    SplitError,
+    SplitNotFound,
+    SplitSpec,
+    compute_split,
+    create_split,
+    delete_split,
+    export_split,
+    list_splits,
+    load_split,
+    read_split_file,
+    save_split,
+)
 from ringfeed.splits.storage import CHUNK_ROWS
 
 RINGFEED = str(Path(sys.executable).with_name("ringfeed"))
@@ -28,7 +40,8 @@ BY_PATIENT = SplitSpec(ratios=(7, 2, 1), group_by=("patient_id",), seed=42)
 def demo_dataset(store, dataset_name, tmp_path):
     demo = make_demo_set(tmp_path, patients=10)
     store.create_dataset(DatasetSchema(
-        dataset_name, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
+        dataset_name,
+        (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
         Encoding("jpeg"), metadata=(Column("scanner", "text"),), label_names=("normal", "tumor")))
     ingest(store, dataset_name, str(demo.manifest))
     store.refresh_stats(dataset_name)

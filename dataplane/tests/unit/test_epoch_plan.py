@@ -52,7 +52,7 @@ def test_resume_yields_exactly_the_remainder(n, b, seed, epoch, data):
         full = [list(p.batches(epoch)) for p in ranks]
         consumed = data.draw(st.integers(0, max(len(batches) for batches in full)), label="batches read")
         offset = ranks[0].offset_after(0, consumed)
-        for p, batches in zip(ranks, full):
+        for p, batches in zip(ranks, full, strict=True):
             remainder = np.concatenate(batches[consumed:] or [np.empty(0, int)])
             assert np.array_equal(p.rank_indices(epoch, offset), remainder)
             assert p.rank_samples(offset) == len(remainder)

@@ -23,7 +23,8 @@ def test_metadata_by_nat_is_keyed_by_the_natural_keys_alone():
     ddl = slides_schema().ddl()
     assert ddl[0] == ("CREATE KEYSPACE IF NOT EXISTS slides WITH replication = "
                       "{'class': 'SimpleStrategy', 'replication_factor': 2}")
-    assert ddl[1] == ("CREATE TABLE IF NOT EXISTS slides.metadata_by_nat (patient_id text, slide_num int, x int, y int, "
+    assert ddl[1] == ("CREATE TABLE IF NOT EXISTS slides.metadata_by_nat "
+                      "(patient_id text, slide_num int, x int, y int, "
                       "scanner text, label int, uuid uuid, sample_bytes int, "
                       "PRIMARY KEY ((patient_id, slide_num, x, y)))")
 
@@ -32,7 +33,8 @@ def test_data_by_uuid_skips_compression_for_images_only():
     assert slides_schema().ddl()[2] == ("CREATE TABLE IF NOT EXISTS slides.data_by_uuid (uuid uuid PRIMARY KEY, "
                                         "label int, data blob) WITH compression = {'enabled': 'false'}")
     raw = slides_schema(encoding=Encoding("raw", "float32", (3, 8, 8)))
-    assert raw.ddl()[2] == "CREATE TABLE IF NOT EXISTS slides.data_by_uuid (uuid uuid PRIMARY KEY, label int, data blob)"
+    assert raw.ddl()[2] == ("CREATE TABLE IF NOT EXISTS slides.data_by_uuid "
+                            "(uuid uuid PRIMARY KEY, label int, data blob)")
 
 
 def test_metadata_by_uuid_is_optional():

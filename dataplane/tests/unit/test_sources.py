@@ -97,7 +97,8 @@ def test_webdataset_groups_members_by_key(tmp_path):
         add_member(tar, "s1.jpg", b"J1")
         add_member(tar, "s1.cls", b"1")
         add_member(tar, "s1.json", json.dumps({"patient_id": "P1", "slide_num": 0, "scanner": "a"}).encode())
-        add_member(tar, "s2.json", json.dumps({"patient_id": "P2", "slide_num": 1, "scanner": "b", "label": 0}).encode())
+        s2 = {"patient_id": "P2", "slide_num": 1, "scanner": "b", "label": 0}
+        add_member(tar, "s2.json", json.dumps(s2).encode())
         add_member(tar, "s2.jpeg", b"J2")
         add_member(tar, "s3.cls", b"0")
     source = open_source(tmp_path, SLIDES)

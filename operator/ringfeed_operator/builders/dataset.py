@@ -10,7 +10,6 @@ from collections.abc import Iterable
 
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.store import DatasetInfo
-
 from ringfeed_operator.builders.ring import ring_identity
 
 

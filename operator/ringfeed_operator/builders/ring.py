@@ -47,7 +47,8 @@ def ring_env(storage: dict) -> list[dict]:
            {"name": "RINGFEED_PORT", "value": str(external.get("port", 9042))}]
     secret = credentials_secret(storage)
     if secret:
-        for variable, key in (("RINGFEED_USERNAME", secret["usernameKey"]), ("RINGFEED_PASSWORD", secret["passwordKey"])):
+        for variable, key in (("RINGFEED_USERNAME", secret["usernameKey"]),
+                              ("RINGFEED_PASSWORD", secret["passwordKey"])):
             env.append({"name": variable, "valueFrom": {"secretKeyRef": {"name": secret["name"], "key": key}}})
     if tls_secret(storage):
         env.append({"name": "RINGFEED_TLS_CA_FILE", "value": f"{TLS_MOUNT}/ca.crt"})

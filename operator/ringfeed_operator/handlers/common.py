@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import kopf
-from ringfeed.store import Store
 
+from ringfeed.store import Store
 from ringfeed_operator.context import Context
 from ringfeed_operator.kube import SecretNotFound
 from ringfeed_operator.rings import RING_ERRORS, StorageNotSupported

@@ -12,9 +12,9 @@ from __future__ import annotations
 import datetime as dt
 
 import kopf
+
 from ringfeed.errors import DatasetNotFound, RingfeedError
 from ringfeed.store import Store
-
 from ringfeed_operator.builders.dataset import (
     catalog_name,
     dataset_schema,
@@ -246,5 +246,5 @@ def delete(name: str, namespace: str, spec: dict, status: dict, meta: dict, body
                   warning=True)
             return
         event(body, "DeleteFailed", message, warning=True)
-        raise kopf.TemporaryError(message, delay=15)
+        raise kopf.TemporaryError(message, delay=15) from error
     event(body, "TablesDropped", f"keyspace {status['keyspace']} dropped (deletionPolicy Delete)")

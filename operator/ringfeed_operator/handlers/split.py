@@ -4,11 +4,11 @@ lasts, its deletion. A Split's spec never changes (the schema forbids it), so a 
 from __future__ import annotations
 
 import kopf
+
 from ringfeed.errors import DatasetNotFound
 from ringfeed.splits import SplitSpec
 from ringfeed.splits.spec import SplitError
 from ringfeed.splits.storage import SplitNotFound, get_split, list_splits
-
 from ringfeed_operator.builders.dataset import catalog_name
 from ringfeed_operator.builders.jobs import split_job
 from ringfeed_operator.builders.split import (
