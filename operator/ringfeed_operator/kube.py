@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 from collections.abc import Callable
+from typing import Any, cast
 
 import kubernetes
+from kubernetes.client import V1Job, V1Pod
 from kubernetes.client.exceptions import ApiException
 
 GROUP = "ringfeed.io"
@@ -21,6 +24,20 @@ class SecretNotFound(Exception):
 
 class JobRejected(Exception):
     """The API server refused a Job the operator built from a spec (invalid, forbidden, or another owner's)."""
+
+
+def _name(obj: V1Job | V1Pod) -> str:
+    """metadata.name of an object the API server returned: always set there, optional in the client's models."""
+    if obj.metadata is None or obj.metadata.name is None:
+        raise ValueError(f"a {type(obj).__name__} without metadata.name from the API server")
+    return obj.metadata.name
+
+
+def _created(pod: V1Pod) -> dt.datetime:
+    """metadata.creationTimestamp of a Pod the API server returned (set by the server, like the name)."""
+    if pod.metadata is None or pod.metadata.creation_timestamp is None:
+        raise ValueError(f"Pod {_name(pod)} without metadata.creationTimestamp from the API server")
+    return pod.metadata.creation_timestamp
 
 
 class Kube:
@@ -55,11 +72,13 @@ class Kube:
                 raise SecretNotFound(f"Secret {namespace}/{name} has no key {key!r}")
         return [base64.b64decode(data[key]).decode() for key in keys]
 
-    def ensure_job(self, namespace: str, manifest: dict) -> tuple[dict, bool]:
-        """Create the Job unless its owner already made it (a restarted operator finds it); → (job, created)."""
+    def ensure_job(self, namespace: str, manifest: dict) -> tuple[dict | None, bool]:
+        """Create the Job unless its owner already made it (a restarted operator finds it); → (job, created). The
+        job is None when the existing Job went away between the refused create and the read."""
         name = manifest["metadata"]["name"]
         try:
-            created = self._batch.create_namespaced_job(namespace, manifest)
+            # The client validates a dict body into its V1Job model (pydantic), as the API server reads JSON.
+            created = self._batch.create_namespaced_job(namespace, cast(V1Job, manifest))
             return self._api.sanitize_for_serialization(created), True
         except ApiException as error:
             if error.status in (400, 403, 422):
@@ -77,13 +96,13 @@ class Kube:
         """Delete Jobs and, in the background, their Pods."""
         for job in self._batch.list_namespaced_job(namespace, label_selector=selector).items:
             try:
-                self._batch.delete_namespaced_job(job.metadata.name, namespace, propagation_policy="Background")
+                self._batch.delete_namespaced_job(_name(job), namespace, propagation_policy="Background")
             except ApiException as error:
                 if error.status != 404:
                     raise
 
     def pods_left(self, namespace: str, selector: str) -> list[str]:
-        return [p.metadata.name for p in self._core.list_namespaced_pod(namespace, label_selector=selector).items]
+        return [_name(p) for p in self._core.list_namespaced_pod(namespace, label_selector=selector).items]
 
     def read_job(self, namespace: str, name: str) -> dict | None:
         try:
@@ -100,10 +119,10 @@ class Kube:
                         if c["type"] in ("Failed", "FailureTarget")), "")
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"job-name={job['metadata']['name']}").items
         if pods:
-            pod = max(pods, key=lambda p: p.metadata.creation_timestamp)
+            pod = max(pods, key=_created)
             try:
-                log = self._core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=5)
-                message = f"{message}; last log lines of {pod.metadata.name}: {log.strip()}"
+                log = self._core.read_namespaced_pod_log(_name(pod), namespace, tail_lines=5)
+                message = f"{message}; last log lines of {_name(pod)}: {log.strip()}"
             except ApiException:
                 pass
         return message
@@ -111,12 +130,15 @@ class Kube:
     def referrers(self, namespace: str, plural: str, field: Callable[[dict], str | None], name: str) -> list[str]:
         """Names of the objects of ``plural`` in ``namespace`` whose ``field(spec)`` is ``name``: a LIST, for the
         deletion guards, which must not trust an index that may not have seen a new referrer yet."""
-        items = self._custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]
+        # Custom objects come back as the JSON the API server sent (typed `object` by the client).
+        listed = cast(dict[str, Any], self._custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural))
+        items = listed["items"]
         return sorted(item["metadata"]["name"] for item in items if field(item.get("spec") or {}) == name)
 
     def read_object(self, namespace: str, plural: str, name: str) -> dict | None:
         try:
-            return self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+            found = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+            return cast(dict[str, Any], found)
         except ApiException as error:
             if error.status == 404:
                 return None

@@ -24,11 +24,13 @@ class Conditions:
     def set(self, type_: str, status: bool | None, reason: str, message: str = "") -> None:
         text = "Unknown" if status is None else ("True" if status else "False")
         previous = self._items.get(type_)
-        changed = previous is None or previous.get("status") != text
+        if previous is not None and previous.get("status") == text:
+            since = previous["lastTransitionTime"]  # moves only when the status flips
+        else:
+            since = now_rfc3339()
         self._items[type_] = {
             "type": type_, "status": text, "reason": reason, "message": message[:32768],
-            "observedGeneration": self._generation,
-            "lastTransitionTime": now_rfc3339() if changed else previous["lastTransitionTime"],
+            "observedGeneration": self._generation, "lastTransitionTime": since,
         }
 
     def get(self, type_: str) -> dict | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ringfeed_operator.builders.ring import ring_env, ring_volumes
 from ringfeed_operator.config import JobsConfig
 
@@ -27,7 +29,7 @@ def owner_reference(body: dict) -> dict:
 
 
 def _job(name: str, owner: dict, labels: dict, container: dict, config: JobsConfig,
-         volumes: list[dict] = ()) -> dict:
+         volumes: Sequence[dict] = ()) -> dict:
     pod_spec = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,  # the data plane never calls the Kubernetes API

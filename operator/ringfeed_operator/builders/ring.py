@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ringfeed.connection import ClusterAddress
 
 TLS_MOUNT = "/etc/ringfeed/tls"
@@ -43,7 +45,7 @@ def ring_address(storage: dict, username: str | None = None, password: str | Non
 def ring_env(storage: dict) -> list[dict]:
     """How a data-plane container finds the ring: contact points, port, and credentials from the Secret."""
     external = storage["external"]
-    env = [{"name": "RINGFEED_HOSTS", "value": ",".join(external["contactPoints"])},
+    env: list[dict[str, Any]] = [{"name": "RINGFEED_HOSTS", "value": ",".join(external["contactPoints"])},
            {"name": "RINGFEED_PORT", "value": str(external.get("port", 9042))}]
     secret = credentials_secret(storage)
     if secret:

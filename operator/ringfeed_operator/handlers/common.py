@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import kopf
 
 from ringfeed.store import Store
@@ -20,7 +22,7 @@ def event(body: dict, reason: str, message: str, warning: bool = False) -> None:
 
 
 def give_up(patch: kopf.Patch, conditions: Conditions, generation: int, reason: str, message: str, permanent: bool,
-            delay: float = 15):
+            delay: float = 15) -> NoReturn:
     """Record why the object is not Ready and end the handler: permanently (the spec must change) or to retry."""
     conditions.set("Ready", False, reason, message)
     patch.status["conditions"] = conditions.as_list()

@@ -151,13 +151,15 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
     recorded = dict(status.get("ingest") or {})
     job = recorded.get("jobName")
     state = "none"
+    job_body = None  # the Job as read now, unless status already records how it ended
     if spec.get("ingest") and job:
         if recorded.get("completedAt"):
             state = "succeeded"
         elif recorded.get("failedAt"):
             state = "failed"
         else:
-            state = job_state(memo.kube.read_job(namespace, job))
+            job_body = memo.kube.read_job(namespace, job)
+            state = job_state(job_body)
     if state == "missing":  # deleted by hand before it finished: made again (ingest is idempotent)
         _ensure_ingest(name, namespace, spec, {}, meta, body, catalog_name(name, spec), memo, patch, conditions)
     just_finished = state == "succeeded" and not recorded.get("completedAt")
@@ -166,8 +168,8 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
         conditions.set("Ingesting", True, "JobRunning", f"Job {job} is ingesting {spec['ingest']['source']['path']}")
         conditions.set("Ready", False, "Ingesting", "waiting for the ingest Job to finish")
     elif state == "failed":
-        if not recorded.get("failedAt"):  # reported once per Job
-            message = memo.kube.job_failure(namespace, memo.kube.read_job(namespace, job))
+        if job_body is not None and not recorded.get("failedAt"):  # reported once per Job, from the Job just read
+            message = memo.kube.job_failure(namespace, job_body)
             event(body, "IngestFailed", f"Job {job}: {message}", warning=True)
             conditions.set("Degraded", True, "IngestFailed", f"Job {job} failed: {message}")
             patch.status["ingest"] = {**recorded, "failedAt": now_rfc3339()}

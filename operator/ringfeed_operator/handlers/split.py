@@ -3,6 +3,9 @@ lasts, its deletion. A Split's spec never changes (the schema forbids it), so a 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import kopf
 
 from ringfeed.errors import DatasetNotFound
@@ -32,13 +35,13 @@ def dataset_index(namespace: str, name: str, spec: dict, **_) -> dict:
     return {(namespace, spec.get("dataset")): name}
 
 
-def job_in_progress(status: dict, **_) -> bool:
+def job_in_progress(status: Mapping[str, Any], **_) -> bool:
     """The split Job was launched and has not ended yet (the Job timer's filter)."""
     reason = Conditions(status.get("conditions"), 0).reason("Ready")
     return bool(status.get("jobName")) and not status.get("contentHash") and reason != "Failed"
 
 
-def computed(status: dict, **_) -> bool:
+def computed(status: Mapping[str, Any], **_) -> bool:
     """The split is stored and its figures are in status (the Dataset check's filter)."""
     return bool(status.get("contentHash"))
 
@@ -94,7 +97,7 @@ def watch_job(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     conditions = Conditions(status.get("conditions"), generation)
     job = memo.kube.read_job(namespace, status["jobName"])
     state = job_state(job)
-    if state == "failed":
+    if state == "failed" and job is not None:  # failed: read from the Job, so it exists
         message = memo.kube.job_failure(namespace, job)
         event(body, "SplitFailed", message, warning=True)
         conditions.set("Ready", False, "Failed", f"Job {status['jobName']} failed: {message}")
