@@ -488,6 +488,8 @@ SWAP_CANDIDATES = 256
 KICK_GROUPS = 64
 KICKS = 100
 KICK_PATIENCE = 100
+# Up to this many assignments (parts ** groups) every one is tried: the result is then the exact optimum.
+EXACT_ASSIGNMENTS = 20_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -579,18 +581,38 @@ class _Cells:
 def _improve(assignment: np.ndarray, objective: Objective, pair_group: np.ndarray, pair_class: np.ndarray,
              pair_counts: np.ndarray, sizes: np.ndarray, group_keys: np.ndarray) -> dict:
     """Local search from the greedy assignment (updated in place): a descent, then for up to KICK_GROUPS groups
-    kicked descents from the best assignment found. Deterministic (ties and kicks go by the seed's group keys) and
+    kicked descents from the best assignment found, and for up to EXACT_ASSIGNMENTS assignments the exact
+    optimum. Deterministic (ties and kicks go by the seed's group keys) and
     bounded in steps. No part is ever emptied. Returns the objective's name,
     its value after the greedy pass and after the search, and how many groups changed part."""
     greedy = assignment.copy()
     cells = _Cells.of(assignment, objective, pair_group, pair_class, pair_counts, sizes)
     before = objective.cost(cells.filled)
     _descend(objective, cells, group_keys)
-    if assignment.size <= KICK_GROUPS and objective.targets.shape[0] > 1:
+    parts = objective.targets.shape[0]
+    if assignment.size <= KICK_GROUPS and parts > 1:
         assignment[:] = _kicked_descents(objective, cells, group_keys).assignment
+    if 1 < parts <= assignment.size and parts ** assignment.size <= EXACT_ASSIGNMENTS:
+        exact = _exact_optimum(objective, cells)
+        if objective.cost(exact.filled) < objective.cost(cells.reassigned(assignment).filled) - 1e-9:
+            assignment[:] = exact.assignment
     return {"objective": objective.name, "greedy": round(before, 6),
             "searched": round(objective.cost(cells.reassigned(assignment).filled), 6),
             "groups_moved": int((assignment != greedy).sum())}
+
+
+def _exact_optimum(objective: Objective, cells: _Cells) -> _Cells:
+    """The cheapest of every assignment that leaves no part empty (few groups only: parts ** groups of them)."""
+    parts, width = objective.targets.shape
+    groups = cells.assignment.size
+    every = np.stack(np.unravel_index(np.arange(parts ** groups), (parts,) * groups), axis=1)
+    every = every[np.all([(every == part).any(axis=1) for part in range(parts)], axis=0)]
+    cell_index = every[:, cells.group] * width + cells.column + (np.arange(len(every)) * parts * width)[:, None]
+    filled = np.bincount(cell_index.ravel(), weights=np.tile(cells.count, len(every)),
+                         minlength=len(every) * parts * width).reshape(len(every), parts, width)
+    part, column = np.indices((parts, width))
+    costs = objective.cell_cost(part, column, filled).sum(axis=(1, 2))
+    return cells.reassigned(every[int(np.argmin(costs))].copy())
 
 
 def _descend(objective: Objective, cells: _Cells, group_keys: np.ndarray) -> None:
