@@ -9,7 +9,14 @@ from __future__ import annotations
 
 
 class RingfeedError(Exception):
-    """A user-facing failure; the CLI prints its message on one line and exits non-zero."""
+    """A user-facing failure; the CLI prints its message on one line and exits non-zero.
+
+    ``cli_hint`` names the command-line options that fix it: the CLI prints it after the message, while other
+    readers of the message (the operator's conditions, Python callers) have no such options."""
+
+    def __init__(self, message: str = "", cli_hint: str = ""):
+        super().__init__(message)
+        self.cli_hint = cli_hint
 
 
 class RingUnavailable(RingfeedError):
@@ -44,9 +51,11 @@ class SampleNotFound(RingfeedError):
     pass
 
 
-CREDENTIALS_HINT = "check --username/--password (RINGFEED_USERNAME/RINGFEED_PASSWORD)"
-RING_DOWN_HINT = ("is the ring up and --hosts (RINGFEED_HOSTS) right? (`ringfeed local status` shows a local ring, "
-                  "`ringfeed local up` starts one)")
+CREDENTIALS = "check the username and password"
+CREDENTIALS_HINT = "--username/--password (RINGFEED_USERNAME/RINGFEED_PASSWORD) set them"
+RING_DOWN = "is the ring up and are its contact points right?"
+RING_DOWN_HINT = ("--hosts (RINGFEED_HOSTS) names the contact points; `ringfeed local status` shows a local ring, "
+                  "`ringfeed local up` starts one")
 
 
 def ring_failures() -> tuple[type[BaseException], ...]:
@@ -76,15 +85,15 @@ def ring_error(exc: BaseException, doing: str | None = None, where: str | None =
         causes = list((exc.errors or {}).values())
         if causes and all(isinstance(cause, cassandra.AuthenticationFailed) for cause in causes):
             return AuthenticationFailed(f"{prefix}{ring} refused the credentials ({_one_line(causes[0])}); "
-                                        f"{CREDENTIALS_HINT}")
+                                        f"{CREDENTIALS}", CREDENTIALS_HINT)
         return RingUnavailable(f"{prefix}cannot reach {ring} ({_one_line(causes[0] if causes else exc)}); "
-                               f"{RING_DOWN_HINT}")
+                               f"{RING_DOWN}", RING_DOWN_HINT)
     if isinstance(exc, (_native.AuthenticationFailed, cassandra.AuthenticationFailed, cassandra.Unauthorized)):
         return AuthenticationFailed(f"{prefix}{ring} refused the credentials or their permissions ({detail}); "
-                                    f"{CREDENTIALS_HINT}")
+                                    f"{CREDENTIALS}", CREDENTIALS_HINT)
     if isinstance(exc, (_native.Unreachable, cassandra.Unavailable)):
         return RingUnavailable(f"{prefix}cannot reach {ring}, or too few replicas are up ({detail}); "
-                               f"{RING_DOWN_HINT}")
+                               f"{RING_DOWN}", RING_DOWN_HINT)
     if isinstance(exc, (_native.Timeout, cassandra.OperationTimedOut, cassandra.Timeout)):
         return RingTimeout(f"{prefix}{ring} did not answer in time ({detail}); it may be overloaded or a node "
                            "failing: run it again, with less concurrency if it persists")

@@ -35,12 +35,15 @@ class RingfeedGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RingfeedError as exc:
-            message = str(exc)
+            message, hint = str(exc), exc.cli_hint
         except ring_failures() as exc:  # a failure of the ring on the control path (Python driver)
-            message = str(ring_error(exc, f"ringfeed {ctx.invoked_subcommand}"))
+            error = ring_error(exc, f"ringfeed {ctx.invoked_subcommand}")
+            message, hint = str(error), error.cli_hint
         # Exit outside the except block: SystemExit would keep the error's traceback as its context, and with it
         # every frame's objects (native sessions) alive into interpreter shutdown.
         err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        if hint:
+            err_console.print(f"hint: {hint}", highlight=False, soft_wrap=True)
         sys.exit(1)
 
 

@@ -79,8 +79,22 @@ def test_errors_are_one_line_with_non_zero_exit(cassandra_node, dataset_name, tm
 def test_unreachable_ring_is_a_clear_error():
     proc = subprocess.run([RINGFEED, "--hosts", "127.0.99.1", "datasets"], capture_output=True, text=True)
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: cannot reach Cassandra at 127.0.99.1:9042 (")
-    assert "is the ring up and --hosts (RINGFEED_HOSTS) right?" in proc.stderr
+    error, hint = proc.stderr.strip().split("\n")
+    assert error.startswith("error: cannot reach Cassandra at 127.0.99.1:9042 (")
+    assert error.endswith("is the ring up and are its contact points right?")
+    assert hint.startswith("hint: --hosts (RINGFEED_HOSTS) names the contact points")
+
+
+def test_ring_errors_name_command_line_options_only_in_their_cli_hint():
+    """The operator copies messages into Kubernetes conditions, whose readers have no command-line options."""
+    from cassandra.cluster import NoHostAvailable
+
+    from ringfeed.errors import ring_error
+
+    for cause in (ConnectionRefusedError("refused"), __import__("cassandra").AuthenticationFailed("bad login")):
+        error = ring_error(NoHostAvailable("no host", {"127.0.99.1:9042": cause}), where="127.0.99.1:9042")
+        assert "--" not in str(error) and "ringfeed " not in str(error) and "RINGFEED_" not in str(error)
+        assert error.cli_hint.startswith("--")
 
 
 DATASET_KEYS = {"name", "keyspace", "dataset_id", "encoding", "replication_factor", "natural_keys", "metadata",
