@@ -11,6 +11,12 @@ RINGFEED := $(VENV)/bin/ringfeed
 NATIVE_SOURCES := $(shell find dataplane/native/src -name '*.rs' 2>/dev/null) dataplane/native/Cargo.toml dataplane/native/Cargo.lock
 REFWRITER := benchmarks/refwriter/target/release/refwriter
 REFREADER := benchmarks/refreader/target/release/refreader
+HELM := $(CURDIR)/.cache/k8s/bin/helm
+RUST_CRATES := dataplane/native benchmarks/refreader benchmarks/refwriter
+# Every tracked shell script: *.sh, and regular files whose first line is a sh or bash shebang (the cluster's stubs).
+SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh') $(shell git ls-files -s | awk '$$1 ~ /^100/ {print $$4}' \
+  | xargs ls -d 2>/dev/null \
+  | xargs awk 'FNR == 1 { if ($$0 ~ /^\#!(\/usr\/bin\/env +|\/usr\/bin\/|\/bin\/)(ba)?sh( |$$)/) print FILENAME; nextfile }'))
 
 # Everything downloaded or generated stays inside the checkout (git-ignored).
 export RINGFEED_CACHE := $(CURDIR)/.cache
@@ -92,6 +98,28 @@ kind-up: wheels k8s-binaries ## (machines with Docker) A kind cluster from e2e/k
 
 ##@ Test
 
+# lint needs the tools, not a fresh native build: the venv is an order-only prerequisite (`make deps` refreshes it).
+lint: k8s-binaries | $(VENV)/.installed ## Static checks, all run: ruff, mypy (operator), cargo clippy, helm lint, shellcheck
+	@$(MAKE) --no-print-directory --keep-going lint-python lint-rust lint-chart lint-shell
+
+lint-python: | $(VENV)/.installed ## ruff on every Python file (ruff.toml), mypy on the typed packages (mypy.ini)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+lint-rust: ## cargo clippy -D warnings on the native extension and the two benchmark crates
+	@for crate in $(RUST_CRATES); do \
+	  echo "cargo clippy $$crate"; \
+	  cargo clippy --quiet --manifest-path $$crate/Cargo.toml --all-targets -- -D warnings || exit 1; \
+	done
+
+lint-chart: k8s-binaries ## helm lint --strict, with the chart's defaults and with e2e/values-local.yaml
+	$(HELM) lint --strict charts/ringfeed
+	$(HELM) lint --strict charts/ringfeed -f e2e/values-local.yaml
+
+lint-shell: ## shellcheck -S warning on every tracked shell script
+	@command -v shellcheck >/dev/null || { echo "error: shellcheck is required (Debian: apt-get install shellcheck)" >&2; exit 1; }
+	shellcheck -S warning $(SHELL_SCRIPTS)
+
 test: deps k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	$(PY) -m pytest dataplane/tests operator/tests
 	$(MAKE) --no-print-directory test-e2e
@@ -122,4 +150,4 @@ bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorith
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target .cache/images
 
-.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down test test-unit test-integration test-e2e bench-ingest bench-loader bench-split clean
+.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-integration test-e2e bench-ingest bench-loader bench-split clean

@@ -31,7 +31,7 @@ setup_buildah() {
 key_of() { cat "$@" | sha256sum | cut -c1-16; }
 has_image() { buildah inspect --type image "$1" >/dev/null 2>&1; }
 timed() { # label, command…
-    local t=$(date +%s%N); "${@:2}"; echo "images: $1 in $(( ($(date +%s%N) - t) / 1000000 )) ms"
+    local t; t=$(date +%s%N); "${@:2}"; echo "images: $1 in $(( ($(date +%s%N) - t) / 1000000 )) ms"
 }
 
 build_base() { # debootstrap is the slow step (~1 min): only when mkbase.sh changed
