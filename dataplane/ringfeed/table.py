@@ -62,7 +62,8 @@ class ColumnarTable:
 
 
 def scan_table(session, keyspace: str, table: str, partition_key: list[str], columns: list[str],
-               progress: Callable[[int], None] | None = None, slices: int = 256, concurrency: int = 16) -> ColumnarTable:
+               progress: Callable[[int], None] | None = None, slices: int = 256,
+               concurrency: int = 16) -> ColumnarTable:
     """Every row of ``keyspace.table`` (the given columns), in token order; ``progress(rows_so_far)`` is called
     about ten times a second."""
     raw = session.scan(keyspace, table, partition_key, columns, slices=slices, concurrency=concurrency,
