@@ -93,7 +93,7 @@ def run_reference(refreader: str, host: str, source: LoaderSource, order: np.nda
 
 def run_loader(source: LoaderSource, batch: int, concurrency: int, **options) -> tuple[int, float, int]:
     # Connected before the clock starts, as the reference and the Python driver are.
-    loader = Loader.from_source(source, batch, concurrency=concurrency, seed=1, **options).open()
+    loader = Loader.from_source(source, batch_size=batch, concurrency=concurrency, seed=1, **options).open()
     started = time.perf_counter()
     rows = 0
     for _, y in loader:
@@ -209,7 +209,7 @@ def main() -> int:
                 for _ in range(WARM_UP_PASSES):
                     run_reference(args.refreader, ring.hosts[0], source, np.arange(rows), 128, args.concurrency, tmp)
                 for batch in BATCH_SIZES:
-                    order = np.concatenate(list(Loader.from_source(source, batch, seed=1).plan.batches(0)))
+                    order = np.concatenate(Loader.from_source(source, batch_size=batch, seed=1).plan.batches(0))
                     best, per_round = best_of(args.rounds, {
                         "(a) rust reference": partial(run_reference, args.refreader, ring.hosts[0], source, order,
                                                       batch, args.concurrency, tmp),

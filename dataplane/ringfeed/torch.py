@@ -4,6 +4,7 @@
     from ringfeed.torch import DataLoader, RingfeedDataset
 
     data = RingfeedDataset("imagenet", "std", "train", batch_size=256, decode=Decode(224, 224), seed=42)
+    # or: RingfeedDataset("imagenet", "std", "train", options=LoaderOptions(batch_size=256, ...))
     loader = DataLoader(data, num_workers=4, pin_memory=True)
     for epoch in range(90):
         for x, y in loader:          # x: uint8 (256, 224, 224, 3) tensor, y: int64 (256,)
@@ -12,7 +13,8 @@
 
 Each DataLoader worker opens its own connection (lazily, in the worker) and reads every k-th batch of the rank's
 stream, so k workers deliver each sample once, in the same order as one process. Under DDP, rank and world size come
-from torch.distributed when not given. torch is an optional dependency (``pip install ringfeed[torch]``).
+from torch.distributed unless the options set a world size. torch is an optional dependency
+(``pip install ringfeed[torch]``).
 """
 
 from __future__ import annotations
@@ -23,26 +25,28 @@ import torch.utils.data
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.errors import RingfeedError
-from ringfeed.loader import Loader, LoaderSource
+from ringfeed.loader import Loader, LoaderOptions, LoaderSource
 
 
 class RingfeedDataset(torch.utils.data.IterableDataset):
     """Batches of one part of a stored split; use with ``batch_size=None`` in a DataLoader (``DataLoader`` below
-    does). Options are those of ``ringfeed.Loader``."""
+    does). Takes ``options=LoaderOptions(...)`` and/or its fields as keywords, as ``ringfeed.Loader`` does; under
+    DDP, options with world_size 1 (the default) take torch.distributed's rank and world size."""
 
-    def __init__(self, dataset: str, split: str, part: str = "train", batch_size: int = 64, *, store=None,
-                 address: ClusterAddress | None = None, split_version: int | None = None, **options):
-        if "shard" in options:
+    def __init__(self, dataset: str, split: str, part: str = "train", *, options: LoaderOptions | None = None,
+                 store=None, address: ClusterAddress | None = None, split_version: int | None = None, **fields):
+        options = LoaderOptions.build(options, **fields)
+        if options.shard != (0, 1):
             raise RingfeedError("shard is set per DataLoader worker; do not pass it")
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            options.setdefault("rank", torch.distributed.get_rank())
-            options.setdefault("world_size", torch.distributed.get_world_size())
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if distributed and options.world_size == 1:  # the default: this process alone
+            options = LoaderOptions.build(options, rank=torch.distributed.get_rank(),
+                                          world_size=torch.distributed.get_world_size())
         self.source = LoaderSource.from_split(dataset, split, part, store=store, address=address,
                                               version=split_version)
-        self.batch_size = batch_size
         self.options = options
-        # Validates the options here, in the main process; connects to nothing.
-        self._position = Loader.from_source(self.source, batch_size, **options)
+        # Checks the options against the split here, in the main process; connects to nothing.
+        self._position = Loader.from_source(self.source, options=options)
 
     @property
     def epoch(self) -> int:
@@ -57,7 +61,7 @@ class RingfeedDataset(torch.utils.data.IterableDataset):
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         shard = (info.id, info.num_workers) if info else (0, 1)
-        loader = Loader.from_source(self.source, self.batch_size, shard=shard, **self.options)
+        loader = Loader.from_source(self.source, options=self.options, shard=shard)
         loader.load_state_dict(self._position.state_dict())
         try:
             yield from loader

@@ -1,7 +1,17 @@
-"""Streaming a split's samples to training: epoch plans (pure) and the native-backed loader."""
+"""Streaming a split's samples to training: options (validated once), epoch plans (pure) and the native-backed
+loader."""
 
-from ringfeed.loader.loader import TENSOR, Blobs, Decode, Loader, LoaderSource, LoaderStats
-from ringfeed.loader.plan import REMAINDER_POLICIES, EpochPlan
+from ringfeed.loader.loader import Blobs, Loader, LoaderSource, LoaderStats
+from ringfeed.loader.options import (
+    CONSISTENCY_LEVELS,
+    MISSING_POLICIES,
+    REMAINDER_POLICIES,
+    TENSOR,
+    Decode,
+    LoaderOptions,
+    LoaderOptionsError,
+)
+from ringfeed.loader.plan import EpochPlan
 
-__all__ = ["REMAINDER_POLICIES", "TENSOR", "Blobs", "Decode", "EpochPlan", "Loader", "LoaderSource",
-           "LoaderStats"]
+__all__ = ["CONSISTENCY_LEVELS", "MISSING_POLICIES", "REMAINDER_POLICIES", "TENSOR", "Blobs", "Decode", "EpochPlan",
+           "Loader", "LoaderOptions", "LoaderOptionsError", "LoaderSource", "LoaderStats"]

@@ -21,34 +21,14 @@ import numpy as np
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.errors import RingfeedError, SampleNotFound, ring_error, ring_failures
+from ringfeed.loader.options import TENSOR, Decode, LoaderOptions
 from ringfeed.loader.plan import EpochPlan
 
 log = logging.getLogger("ringfeed.loader")
 
-MISSING_POLICIES = ("raise", "skip")
 # UUIDs of skipped samples kept for the report; counts are always exact.
 REPORTED_UUIDS = 100
 STATE_VERSION = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Decode:
-    """Decode JPEG/PNG samples to uint8 arrays of shape (height, width, channels), resized with a bilinear filter;
-    with ``crop`` the image is first centre-cropped to the target's aspect ratio."""
-
-    height: int
-    width: int
-    channels: int = 3
-    crop: bool = True
-
-    def __post_init__(self):
-        if self.height < 1 or self.width < 1:
-            raise RingfeedError(f"decode size must be positive, got {self.height}x{self.width}")
-        if self.channels not in (1, 3):
-            raise RingfeedError(f"decode channels must be 1 or 3, got {self.channels}")
-
-
-TENSOR = "tensor"  # decode= value for datasets with the raw encoding: arrays of the schema's dtype and shape
 
 
 class Blobs:
@@ -133,54 +113,29 @@ class Loader:
     Nothing is connected or started before the first batch is asked for.
     """
 
-    def __init__(self, dataset: str, split: str, part: str = "train", batch_size: int = 64, *,
-                 store=None, address: ClusterAddress | None = None, split_version: int | None = None, **options):
+    def __init__(self, dataset: str, split: str, part: str = "train", *, options: LoaderOptions | None = None,
+                 store=None, address: ClusterAddress | None = None, split_version: int | None = None, **fields):
+        """Reads `part` of `dataset`'s `split` with `options`, or with ``LoaderOptions`` fields given as keywords
+        (``batch_size=64, seed=42``; both: the keywords change those fields of `options`)."""
+        options = LoaderOptions.build(options, **fields)  # validated before anything is read
         source = LoaderSource.from_split(dataset, split, part, store=store, address=address, version=split_version)
-        self._setup(source, batch_size, **options)
+        self._setup(source, options)
 
     @classmethod
-    def from_source(cls, source: LoaderSource, batch_size: int = 64, **options) -> Loader:
+    def from_source(cls, source: LoaderSource, *, options: LoaderOptions | None = None, **fields) -> Loader:
         loader = cls.__new__(cls)
-        loader._setup(source, batch_size, **options)
+        loader._setup(source, LoaderOptions.build(options, **fields))
         return loader
 
-    def _setup(self, source: LoaderSource, batch_size: int, *, shuffle: bool = True, seed: int = 0, rank: int = 0,
-               world_size: int = 1, remainder: str = "uneven", decode: Decode | str | None = None,
-               prefetch: int = 2, concurrency: int = 64, decode_threads: int | None = None,
-               consistency: str = "ONE", missing: str = "raise", out_of_order: bool = False,
-               slow_start: bool = False, with_uuids: bool = False, shard: tuple[int, int] = (0, 1),
-               max_retries: int = 8, request_bytes: int = 512 * 1024) -> None:
-        if prefetch < 1:
-            raise RingfeedError(f"prefetch must be at least 1, got {prefetch}")
-        if request_bytes < 1:
-            raise RingfeedError(f"request_bytes must be at least 1, got {request_bytes}")
-        if concurrency < 1:
-            raise RingfeedError(f"concurrency must be at least 1, got {concurrency}")
-        if missing not in MISSING_POLICIES:
-            raise RingfeedError(f"unknown missing policy {missing!r} (one of {', '.join(MISSING_POLICIES)})")
-        if not 0 <= shard[0] < shard[1]:
-            raise RingfeedError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
-        kind, dtype, shape = source.encoding
-        if decode == TENSOR and kind != "raw":
+    def _setup(self, source: LoaderSource, options: LoaderOptions) -> None:
+        kind = source.encoding[0]
+        if options.decode == TENSOR and kind != "raw":
             raise RingfeedError(f"decode='tensor' needs a dataset with the raw encoding; {source.split} is {kind}")
-        if isinstance(decode, Decode) and kind == "raw":
+        if isinstance(options.decode, Decode) and kind == "raw":
             raise RingfeedError(f"{source.split} holds raw tensors, not images: use decode='tensor'")
-        if decode not in (None, TENSOR) and not isinstance(decode, Decode):
-            raise RingfeedError(f"decode must be None, 'tensor' or a ringfeed.Decode, got {decode!r}")
         self.source = source
-        self.plan = EpochPlan(len(source.uuids), batch_size, shuffle, seed, rank, world_size, remainder)
-        self.decode = decode
-        self.prefetch = prefetch
-        self.concurrency = concurrency
-        self.decode_threads = decode_threads or min(8, os.cpu_count() or 1)
-        self.consistency = consistency
-        self.missing = missing
-        self.out_of_order = out_of_order
-        self.slow_start = slow_start
-        self.with_uuids = with_uuids
-        self.shard = shard
-        self.max_retries = max_retries
-        self.request_bytes = request_bytes
+        self.options = options
+        self.plan = EpochPlan(len(source.uuids), options)
         self.stats = LoaderStats()
         self.epoch = 0
         self.offset = 0
@@ -196,7 +151,7 @@ class Loader:
         finish unevenly, so the window holds two requests' worth of samples (plus the batch being handed over) to
         keep `concurrency` reads in flight at batch boundaries (measured: batches of 32 × 20 kB at 0.86× a
         reader that never pauses with one window's worth, ~1.0× with two)."""
-        return max(self.prefetch, -(-2 * self.concurrency // self.plan.batch_size) + 1)
+        return max(self.options.prefetch, -(-2 * self.options.concurrency // self.options.batch_size) + 1)
 
     def open(self) -> Loader:
         """Connect now rather than at the first batch (to fail early, or to keep set-up out of a measurement)."""
@@ -231,15 +186,15 @@ class Loader:
     def state_dict(self) -> dict:
         """Where this loader stands: resume with ``load_state_dict`` (any world size when nothing was delivered
         out of order)."""
-        if self.shard[1] > 1:
+        if self.options.shard[1] > 1:
             raise RingfeedError("a sharded loader does not keep a position; ringfeed.torch.DataLoader keeps it")
         return self._state()
 
     def _state(self) -> dict:
         return {"version": STATE_VERSION, "epoch": self.epoch, "offset": self.offset, "skip": sorted(self._skip),
                 "split_id": self.source.split_id, "part": self.source.part, "samples": self.plan.samples,
-                "seed": self.plan.seed, "shuffle": self.plan.shuffle, "remainder": self.plan.remainder,
-                "batch_size": self.plan.batch_size, "world_size": self.plan.world_size}
+                "seed": self.options.seed, "shuffle": self.options.shuffle, "remainder": self.options.remainder,
+                "batch_size": self.options.batch_size, "world_size": self.options.world_size}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("version") != STATE_VERSION:
@@ -257,27 +212,26 @@ class Loader:
 
     def _batch_numbers(self) -> list[int]:
         """Batches (counted from the offset) this shard yields in the rest of the epoch."""
-        per_rank = -(-self.plan.rank_samples(self.offset) // self.plan.batch_size)
-        index, count = self.shard
-        return [b for b in range(index, per_rank, count) if b not in self._skip]
+        index, count = self.options.shard
+        return [b for b in range(index, self.plan.batch_count(self.offset), count) if b not in self._skip]
 
     # -- iteration -----------------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[tuple]:
         epoch, start = self.epoch, self.offset
-        indices = self.plan.rank_indices(epoch, start)
+        batches = self.plan.batches(epoch, start)
         numbers = collections.deque(self._batch_numbers())
         done = 0  # batches (counted from `start`) delivered without a gap
         ahead = set(self._skip)  # batches delivered after a gap (out of order)
         fetcher = self._open_fetcher()
         in_flight: dict[int, tuple[int, np.ndarray]] = {}  # ticket → (batch number, sample indices)
         order: collections.deque[int] = collections.deque()
-        depth = 1 if self.slow_start else self.window_batches
+        depth = 1 if self.options.slow_start else self.window_batches
 
         def submit() -> None:
             while numbers and len(in_flight) < depth:
                 number = numbers.popleft()
-                batch = indices[number * self.plan.batch_size : (number + 1) * self.plan.batch_size]
+                batch = batches[number]
                 ticket = next(self._tickets)
                 fetcher.submit(ticket, self.source.uuids[batch].tobytes())
                 in_flight[ticket] = (number, batch)
@@ -288,7 +242,7 @@ class Loader:
             while in_flight:
                 started = time.perf_counter()
                 try:
-                    fetched = fetcher.take(None if self.out_of_order else order[0])
+                    fetched = fetcher.take(None if self.options.out_of_order else order[0])
                 except ring_failures() as exc:
                     raise ring_error(exc, f"reading {self.source.split} part {self.source.part} from "
                                           f"{self.source.keyspace}.data_by_uuid", self.source.address.where) from None
@@ -302,7 +256,7 @@ class Loader:
                 submit()  # keep the window full before handing the batch over
                 result = self._convert(fetched, batch)
                 del fetched
-                if self.shard[1] == 1:
+                if self.options.shard[1] == 1:
                     ahead.add(number)
                     while done in ahead:
                         ahead.remove(done)
@@ -319,19 +273,20 @@ class Loader:
     def _open_fetcher(self):
         """The native reader of this process, opened on first use (and again in a forked worker)."""
         if self._fetcher is None or self._fetcher_pid != os.getpid():
-            session = self.source.address.native_session(self.consistency)
+            session = self.source.address.native_session(self.options.consistency)
             _, dtype, shape = self.source.encoding
-            options = {}
-            if isinstance(self.decode, Decode):
-                options = dict(image_size=(self.decode.height, self.decode.width), channels=self.decode.channels,
-                               crop=self.decode.crop, decode_threads=self.decode_threads)
-            elif self.decode == TENSOR:
-                options = dict(raw_item_bytes=int(np.dtype(dtype).itemsize * np.prod(shape)))
+            decode = self.options.decode
+            decoding = {}
+            if isinstance(decode, Decode):
+                decoding = dict(image_size=(decode.height, decode.width), channels=decode.channels, crop=decode.crop,
+                                decode_threads=self.options.decode_threads or min(8, os.cpu_count() or 1))
+            elif decode == TENSOR:
+                decoding = dict(raw_item_bytes=int(np.dtype(dtype).itemsize * np.prod(shape)))
             try:
-                self._fetcher = session.fetcher(self.source.keyspace, concurrency=self.concurrency,
-                                                max_retries=self.max_retries,
-                                                request_bytes=self.request_bytes,
-                                                sample_bytes=self.source.sample_bytes, **options)
+                self._fetcher = session.fetcher(self.source.keyspace, concurrency=self.options.concurrency,
+                                                max_retries=self.options.max_retries,
+                                                request_bytes=self.options.request_bytes,
+                                                sample_bytes=self.source.sample_bytes, **decoding)
             except ring_failures() as exc:
                 raise ring_error(exc, f"opening {self.source.keyspace}.data_by_uuid",
                                  self.source.address.where) from None
@@ -346,10 +301,10 @@ class Loader:
         if fetched.corrupt:
             self._report_corrupt(batch, fetched.corrupt)
         count = len(positions)
-        if isinstance(self.decode, Decode):
-            d = self.decode
+        d = self.options.decode
+        if isinstance(d, Decode):
             x = np.frombuffer(fetched.data, dtype=np.uint8).reshape(count, d.height, d.width, d.channels)
-        elif self.decode == TENSOR:
+        elif d == TENSOR:
             _, dtype, shape = self.source.encoding
             x = np.frombuffer(fetched.data, dtype=np.dtype(dtype)).reshape(count, *shape)
         else:
@@ -359,13 +314,13 @@ class Loader:
         self.stats.batches += 1
         self.stats.samples += count
         self.stats.bytes += len(fetched.data)
-        if self.with_uuids:
+        if self.options.with_uuids:
             return x, y, self.source.uuids[batch[positions]]
         return x, y
 
     def _report_missing(self, batch: np.ndarray, positions: list[int]) -> None:
         ids = [str(uuid_module.UUID(bytes=self.source.uuids[batch[p]].tobytes())) for p in positions]
-        if self.missing == "raise":
+        if self.options.missing == "raise":
             raise SampleNotFound(
                 f"{len(ids)} sample(s) of {self.source.split} part {self.source.part} have no row in "
                 f"{self.source.keyspace}.data_by_uuid (first: {ids[0]}); was the dataset re-ingested or a node's "

@@ -15,46 +15,32 @@ the state stays one number. The tail of an epoch follows an explicit remainder p
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import numpy as np
 
 from ringfeed.errors import RingfeedError
-
-REMAINDER_POLICIES = ("uneven", "pad", "drop")
+from ringfeed.loader.options import LoaderOptions
 
 
 @dataclasses.dataclass(frozen=True)
 class EpochPlan:
+    """The epochs of `samples` samples under `options` (its batch size, shuffle, seed, rank, world size and
+    remainder policy, validated there)."""
+
     samples: int
-    batch_size: int
-    shuffle: bool = True
-    seed: int = 0
-    rank: int = 0
-    world_size: int = 1
-    remainder: str = "uneven"
+    options: LoaderOptions
 
     def __post_init__(self):
         if self.samples < 0:
-            raise RingfeedError("samples must be zero or more")
-        if self.batch_size < 1:
-            raise RingfeedError(f"batch_size must be at least 1, got {self.batch_size}")
-        if self.world_size < 1:
-            raise RingfeedError(f"world_size must be at least 1, got {self.world_size}")
-        if not 0 <= self.rank < self.world_size:
-            raise RingfeedError(f"rank must be in [0, {self.world_size}), got {self.rank}")
-        if self.remainder not in REMAINDER_POLICIES:
-            raise RingfeedError(f"unknown remainder policy {self.remainder!r} (one of {', '.join(REMAINDER_POLICIES)})")
-        if not 0 <= self.seed < 2**64:
-            raise RingfeedError("seed must be in [0, 2**64)")
+            raise RingfeedError(f"samples must be zero or more, got {self.samples}")
 
     @property
     def epoch_length(self) -> int:
         """Positions in one epoch's order, after the remainder policy (pad adds, drop removes)."""
-        n, w = self.samples, self.world_size
-        if self.remainder == "pad":
+        n, w = self.samples, self.options.world_size
+        if self.options.remainder == "pad":
             return n + (-n) % w
-        if self.remainder == "drop":
+        if self.options.remainder == "drop":
             return n - n % w
         return n
 
@@ -63,35 +49,42 @@ class EpochPlan:
         if epoch < 0:
             raise RingfeedError(f"epoch must be zero or more, got {epoch}")
         n = self.samples
-        if self.shuffle:
-            order = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, epoch]))).permutation(n)
+        if self.options.shuffle:
+            seeds = np.random.SeedSequence([self.options.seed, epoch])
+            order = np.random.Generator(np.random.PCG64(seeds)).permutation(n)
         else:
             order = np.arange(n)
-        if self.remainder == "pad" and n:
+        if self.options.remainder == "pad" and n:
             return np.resize(order, self.epoch_length)  # repeats the order from its start (cyclic when w > n)
         return order[: self.epoch_length]
 
     def rank_indices(self, epoch: int, offset: int = 0) -> np.ndarray:
         """The sample indices this rank reads, in order, when the first `offset` global positions are consumed."""
         self.check_offset(offset)
-        return self.global_order(epoch)[offset + self.rank :: self.world_size]
+        return self.global_order(epoch)[offset + self.options.rank :: self.options.world_size]
 
     def rank_samples(self, offset: int = 0) -> int:
         """How many samples this rank reads when the first `offset` global positions are consumed (no permutation
         is drawn: the count does not depend on the epoch)."""
         self.check_offset(offset)
-        return len(range(offset + self.rank, self.epoch_length, self.world_size))
+        return len(range(offset + self.options.rank, self.epoch_length, self.options.world_size))
 
-    def batches(self, epoch: int, offset: int = 0) -> Iterator[np.ndarray]:
-        """This rank's batches of sample indices; only the last one may be smaller than batch_size."""
+    def batch_count(self, offset: int = 0) -> int:
+        """How many batches this rank reads from `offset` on (``len(batches(epoch, offset))``, with no permutation
+        drawn)."""
+        return -(-self.rank_samples(offset) // self.options.batch_size)
+
+    def batches(self, epoch: int, offset: int = 0) -> list[np.ndarray]:
+        """This rank's batches of sample indices from `offset` on (views of ``rank_indices``); only the last one may
+        be smaller than batch_size. Batch k of this list is batch k of every rank: `offset_after` counts them."""
         indices = self.rank_indices(epoch, offset)
-        for start in range(0, len(indices), self.batch_size):
-            yield indices[start : start + self.batch_size]
+        size = self.options.batch_size
+        return [indices[start : start + size] for start in range(0, len(indices), size)]
 
     def offset_after(self, offset: int, batches: int) -> int:
         """The global offset once every rank has read `batches` more batches from `offset`."""
         self.check_offset(offset)
-        return min(self.epoch_length, offset + batches * self.batch_size * self.world_size)
+        return min(self.epoch_length, offset + batches * self.options.batch_size * self.options.world_size)
 
     def check_offset(self, offset: int) -> None:
         if not 0 <= offset <= self.epoch_length:

@@ -79,7 +79,7 @@ def labels_by_uuid(name: str, rows: list[dict]) -> dict[bytes, int]:
 def epoch(store, name: str, split: str, part: str) -> dict[bytes, int]:
     """One epoch of the loader over a part: label served per UUID (asserting each UUID comes once)."""
     served = {}
-    for _, y, uuids in Loader(name, split, part, 32, store=store, with_uuids=True):
+    for _, y, uuids in Loader(name, split, part, batch_size=32, store=store, with_uuids=True):
         for u, label in zip(uuids, y.tolist(), strict=True):
             assert u.tobytes() not in served
             served[u.tobytes()] = label
@@ -232,7 +232,7 @@ def test_a_split_left_by_an_earlier_dataset_of_the_same_name_is_refused(store, d
     with pytest.raises(SplitDatasetMismatch, match=f"made from an earlier dataset named '{dataset_name}'.*delete it"):
         load_split(store, dataset_name, "left")
     with pytest.raises(SplitDatasetMismatch):
-        Loader(dataset_name, "left", "train", 8, store=store)
+        Loader(dataset_name, "left", "train", batch_size=8, store=store)
     store.drop_dataset(dataset_name, force=True)
 
 

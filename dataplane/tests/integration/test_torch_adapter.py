@@ -42,7 +42,7 @@ def uuids_of(batches) -> list[bytes]:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_dataloader_delivers_each_sample_once_as_tensors(torch_store, workers):
-    data = RingfeedDataset(NAME, "s", "train", 16, store=torch_store, decode=Decode(64, 64), with_uuids=True,
+    data = RingfeedDataset(NAME, "s", "train", batch_size=16, store=torch_store, decode=Decode(64, 64), with_uuids=True,
                            seed=4)
     loader = DataLoader(data, num_workers=workers)
     expected_batches = len(loader)
@@ -58,7 +58,7 @@ def test_dataloader_delivers_each_sample_once_as_tensors(torch_store, workers):
 def test_workers_keep_the_single_process_order(torch_store):
     orders = []
     for workers in (0, 2, 3):
-        data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store, with_uuids=True, seed=6)
+        data = RingfeedDataset(NAME, "s", "train", batch_size=8, store=torch_store, with_uuids=True, seed=6)
         orders.append(uuids_of(DataLoader(data, num_workers=workers)))
     assert orders[0] == orders[1] == orders[2]
 
@@ -66,13 +66,14 @@ def test_workers_keep_the_single_process_order(torch_store):
 def test_ranks_times_workers_cover_the_split_once(torch_store):
     delivered = []
     for rank in range(2):
-        data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store, rank=rank, world_size=2, with_uuids=True)
+        data = RingfeedDataset(NAME, "s", "train", batch_size=8, store=torch_store, rank=rank, world_size=2,
+                               with_uuids=True)
         delivered += uuids_of(DataLoader(data, num_workers=2))
     assert sorted(delivered) == split_uuids(torch_store)
 
 
 def test_mid_epoch_state_dict_resumes_with_the_remainder(torch_store):
-    data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store, with_uuids=True, seed=3)
+    data = RingfeedDataset(NAME, "s", "train", batch_size=8, store=torch_store, with_uuids=True, seed=3)
     full = uuids_of(DataLoader(data, num_workers=2))
     data.set_epoch(0)
     loader = DataLoader(data, num_workers=2)
@@ -84,7 +85,7 @@ def test_mid_epoch_state_dict_resumes_with_the_remainder(torch_store):
     state = loader.state_dict()
     assert state["offset"] == 40 and state["epoch"] == 0
 
-    resumed_data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store, with_uuids=True, seed=3)
+    resumed_data = RingfeedDataset(NAME, "s", "train", options=data.options, store=torch_store)
     resumed = DataLoader(resumed_data, num_workers=2)
     resumed.load_state_dict(state)
     assert len(resumed) == -(-(len(full) - 40) // 8)
@@ -94,7 +95,7 @@ def test_mid_epoch_state_dict_resumes_with_the_remainder(torch_store):
 def test_batches_are_views_of_the_native_buffer_and_writable(torch_store):
     from ringfeed import _native
 
-    data = RingfeedDataset(NAME, "s", "val", 4, store=torch_store, decode=Decode(32, 32))
+    data = RingfeedDataset(NAME, "s", "val", batch_size=4, store=torch_store, decode=Decode(32, 32))
     x, _ = next(iter(data))
     owner = x
     while isinstance(owner, np.ndarray):
@@ -106,11 +107,11 @@ def test_batches_are_views_of_the_native_buffer_and_writable(torch_store):
 
 
 def test_persistent_workers_and_shard_are_refused(torch_store):
-    data = RingfeedDataset(NAME, "s", "train", 8, store=torch_store)
+    data = RingfeedDataset(NAME, "s", "train", batch_size=8, store=torch_store)
     with pytest.raises(RingfeedError, match="persistent_workers"):
         DataLoader(data, num_workers=1, persistent_workers=True)
     with pytest.raises(RingfeedError, match="shard is set per DataLoader worker"):
-        RingfeedDataset(NAME, "s", "train", 8, store=torch_store, shard=(0, 2))
+        RingfeedDataset(NAME, "s", "train", batch_size=8, store=torch_store, shard=(0, 2))
 
 
 def _ddp_rank(rank: int, world_size: int, port: int, hosts: list[str], out: str) -> None:
@@ -121,7 +122,7 @@ def _ddp_rank(rank: int, world_size: int, port: int, hosts: list[str], out: str)
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
-        data = RingfeedDataset(NAME, "s", "train", 8, address=ClusterAddress(tuple(hosts)), with_uuids=True,
+        data = RingfeedDataset(NAME, "s", "train", batch_size=8, address=ClusterAddress(tuple(hosts)), with_uuids=True,
                                remainder="pad")
         batches = list(DataLoader(data, num_workers=1))
         counts = [torch.zeros(1)]

@@ -1,4 +1,4 @@
-"""Epoch semantics: exactly once across ranks, elastic global order, resume from a global offset."""
+"""Epoch semantics: exactly once across ranks, elastic global order, resume from a global offset; batch slicing."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ringfeed.errors import RingfeedError
-from ringfeed.loader.plan import EpochPlan
+from ringfeed.loader import EpochPlan, LoaderOptions
 
 WORLD_SIZES = [1, 2, 3, 8]
 samples = st.integers(0, 300)
@@ -14,16 +14,23 @@ batch_sizes = st.integers(1, 40)
 seeds = st.integers(0, 2**64 - 1)
 
 
+def plan(n, b, **options):
+    return EpochPlan(n, LoaderOptions(batch_size=b, **options))
+
+
 def plans(n, b, w, seed, remainder="uneven", shuffle=True):
-    return [EpochPlan(n, b, shuffle, seed, r, w, remainder) for r in range(w)]
+    return [plan(n, b, shuffle=shuffle, seed=seed, rank=r, world_size=w, remainder=remainder) for r in range(w)]
+
+
+def joined(batches):
+    return np.concatenate(batches or [np.empty(0, int)])
 
 
 @settings(max_examples=150, deadline=None)
 @given(n=samples, b=batch_sizes, seed=seeds, epoch=st.integers(0, 1000))
 def test_every_sample_exactly_once_per_epoch_across_ranks(n, b, seed, epoch):
     for w in WORLD_SIZES:
-        delivered = np.concatenate([np.concatenate(list(p.batches(epoch)) or [np.empty(0, int)])
-                                    for p in plans(n, b, w, seed)])
+        delivered = np.concatenate([joined(p.batches(epoch)) for p in plans(n, b, w, seed)])
         assert sorted(delivered.tolist()) == list(range(n)), w
         counts = [len(p.rank_indices(epoch)) for p in plans(n, b, w, seed)]
         assert max(counts) - min(counts) <= 1
@@ -33,14 +40,14 @@ def test_every_sample_exactly_once_per_epoch_across_ranks(n, b, seed, epoch):
 @settings(max_examples=150, deadline=None)
 @given(n=samples, b=batch_sizes, seed=seeds, epoch=st.integers(0, 50))
 def test_global_order_does_not_depend_on_world_size(n, b, seed, epoch):
-    reference = EpochPlan(n, b, seed=seed).global_order(epoch)
+    reference = plan(n, b, seed=seed).global_order(epoch)
     assert sorted(reference.tolist()) == list(range(n))
     for w in WORLD_SIZES:
         ranks = plans(n, b, w, seed)
         # Interleaving the ranks' streams position by position gives back the global order.
         merged = np.empty(n, dtype=reference.dtype)
         for p in ranks:
-            merged[p.rank :: w] = p.rank_indices(epoch)
+            merged[p.options.rank :: w] = p.rank_indices(epoch)
         assert np.array_equal(merged, reference)
 
 
@@ -49,11 +56,11 @@ def test_global_order_does_not_depend_on_world_size(n, b, seed, epoch):
 def test_resume_yields_exactly_the_remainder(n, b, seed, epoch, data):
     for w in WORLD_SIZES:
         ranks = plans(n, b, w, seed)
-        full = [list(p.batches(epoch)) for p in ranks]
+        full = [p.batches(epoch) for p in ranks]
         consumed = data.draw(st.integers(0, max(len(batches) for batches in full)), label="batches read")
         offset = ranks[0].offset_after(0, consumed)
         for p, batches in zip(ranks, full, strict=True):
-            remainder = np.concatenate(batches[consumed:] or [np.empty(0, int)])
+            remainder = joined(batches[consumed:])
             assert np.array_equal(p.rank_indices(epoch, offset), remainder)
             assert p.rank_samples(offset) == len(remainder)
         # Nothing read before the offset comes again, nothing after it was read.
@@ -66,10 +73,10 @@ def test_resume_yields_exactly_the_remainder(n, b, seed, epoch, data):
 @given(n=samples, b=batch_sizes, seed=seeds, data=st.data())
 def test_resume_with_another_world_size_is_elastic(n, b, seed, data):
     before, after = data.draw(st.sampled_from(WORLD_SIZES)), data.draw(st.sampled_from(WORLD_SIZES))
-    plan = EpochPlan(n, b, seed=seed, world_size=before)
-    offset = plan.offset_after(0, data.draw(st.integers(0, n // (b * before) + 1)))
+    first = plan(n, b, seed=seed, world_size=before)
+    offset = first.offset_after(0, data.draw(st.integers(0, n // (b * before) + 1)))
     resumed = np.concatenate([p.rank_indices(3, offset) for p in plans(n, b, after, seed)])
-    assert sorted(resumed.tolist()) == sorted(plan.global_order(3)[offset:].tolist())
+    assert sorted(resumed.tolist()) == sorted(first.global_order(3)[offset:].tolist())
 
 
 @settings(max_examples=100, deadline=None)
@@ -89,34 +96,41 @@ def test_pad_and_drop_give_every_rank_the_same_count(n, b, seed):
 
 
 def test_epochs_reshuffle_deterministically_and_shuffle_off_keeps_split_order():
-    plan = EpochPlan(1000, 10, seed=7)
-    assert np.array_equal(plan.global_order(0), EpochPlan(1000, 10, seed=7).global_order(0))
-    assert not np.array_equal(plan.global_order(0), plan.global_order(1))
-    assert not np.array_equal(plan.global_order(0), EpochPlan(1000, 10, seed=8).global_order(0))
-    assert np.array_equal(EpochPlan(1000, 10, shuffle=False).global_order(5), np.arange(1000))
+    seven = plan(1000, 10, seed=7)
+    assert np.array_equal(seven.global_order(0), plan(1000, 10, seed=7).global_order(0))
+    assert not np.array_equal(seven.global_order(0), seven.global_order(1))
+    assert not np.array_equal(seven.global_order(0), plan(1000, 10, seed=8).global_order(0))
+    assert np.array_equal(plan(1000, 10, shuffle=False).global_order(5), np.arange(1000))
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=samples, b=batch_sizes, seed=seeds, epoch=st.integers(0, 50), data=st.data())
+def test_batches_slice_the_rank_stream_in_order(n, b, seed, epoch, data):
+    for w in WORLD_SIZES:
+        for p in plans(n, b, w, seed, data.draw(st.sampled_from(["uneven", "pad", "drop"]), label="remainder")):
+            offset = data.draw(st.integers(0, p.epoch_length), label="offset")
+            batches = p.batches(epoch, offset)
+            assert len(batches) == p.batch_count(offset)
+            assert np.array_equal(joined(batches), p.rank_indices(epoch, offset))
+            assert all(len(batch) == b for batch in batches[:-1]) and all(0 < len(batch) <= b for batch in batches)
 
 
 def test_batches_are_full_except_the_last():
-    sizes = [len(b) for b in EpochPlan(103, 10, rank=1, world_size=2).batches(0)]
-    assert sizes == [10, 10, 10, 10, 10, 1]
+    rank_one = plan(103, 10, rank=1, world_size=2)
+    assert [len(batch) for batch in rank_one.batches(0)] == [10, 10, 10, 10, 10, 1]
+    assert rank_one.batch_count() == 6
+    # From an offset, the batches start at the rank's first unconsumed position.
+    assert [len(batch) for batch in rank_one.batches(0, rank_one.offset_after(0, 2))] == [10, 10, 10, 1]
+    assert plan(0, 10).batches(0) == [] and plan(0, 10).batch_count() == 0
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(samples=10, batch_size=0), "batch_size must be at least 1, got 0"),
-    (dict(samples=10, batch_size=4, world_size=0), "world_size must be at least 1, got 0"),
-    (dict(samples=10, batch_size=4, rank=2, world_size=2), "rank must be in [0, 2), got 2"),
-    (dict(samples=10, batch_size=4, remainder="wrap"), "unknown remainder policy 'wrap' (one of uneven, pad, drop)"),
-    (dict(samples=10, batch_size=4, seed=-1), "seed must be in [0, 2**64)"),
-])
-def test_bad_parameters_are_refused_with_a_clear_message(kwargs, message):
-    with pytest.raises(RingfeedError) as error:
-        EpochPlan(**kwargs)
-    assert str(error.value) == message
-
-
-def test_offsets_outside_the_epoch_are_refused():
-    plan = EpochPlan(10, 4)
+def test_samples_below_zero_and_offsets_outside_the_epoch_are_refused():
+    with pytest.raises(RingfeedError, match="samples must be zero or more, got -1"):
+        plan(-1, 4)
+    ten = plan(10, 4)
     with pytest.raises(RingfeedError, match=r"offset 11 is outside the epoch \(0..10\)"):
-        plan.rank_indices(0, 11)
+        ten.rank_indices(0, 11)
+    with pytest.raises(RingfeedError, match=r"offset -1 is outside the epoch"):
+        ten.batches(0, -1)
     with pytest.raises(RingfeedError, match="epoch must be zero or more"):
-        plan.global_order(-1)
+        ten.global_order(-1)

@@ -1,0 +1,116 @@
+"""Every knob of a loader in one frozen, validated value: built once by the Python API, the CLI or the torch adapter
+(later the sidecar, from a TrainingJob's ``spec.loader``) and handed as it is to the epoch plan and the fetcher."""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+from ringfeed.errors import RingfeedError
+
+TENSOR = "tensor"  # decode= value for datasets with the raw encoding: arrays of the schema's dtype and shape
+REMAINDER_POLICIES = ("uneven", "pad", "drop")
+MISSING_POLICIES = ("raise", "skip")
+# The levels the native session accepts (case-insensitive); checked here so a typo fails before any connection.
+CONSISTENCY_LEVELS = ("ONE", "TWO", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "ALL")
+
+
+class LoaderOptionsError(RingfeedError):
+    """A loader option has a value the loader cannot use."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Decode:
+    """Decode JPEG/PNG samples to uint8 arrays of shape (height, width, channels), resized with a bilinear filter;
+    with ``crop`` the image is first centre-cropped to the target's aspect ratio."""
+
+    height: int
+    width: int
+    channels: int = 3
+    crop: bool = True
+
+    def __post_init__(self):
+        if self.height < 1 or self.width < 1:
+            raise LoaderOptionsError(f"decode size must be positive, got {self.height}x{self.width}")
+        if self.channels not in (1, 3):
+            raise LoaderOptionsError(f"decode channels must be 1 or 3, got {self.channels}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderOptions:
+    """How a loader reads one part of a split; ``docs/loader.md`` explains each field at length."""
+
+    batch_size: int = 64
+    """Samples per batch; only a rank's last batch of an epoch may be smaller."""
+    decode: Decode | str | None = None
+    """None: the stored bytes; a ``Decode``: images to uint8 arrays; ``"tensor"``: raw datasets to their arrays."""
+    shuffle: bool = True
+    """Draw each epoch's order from (seed, epoch); False: split order."""
+    seed: int = 0
+    """Seed of the per-epoch permutation, in [0, 2**64)."""
+    rank: int = 0
+    """This process's share of the epoch, in [0, world_size)."""
+    world_size: int = 1
+    """Processes sharing the epoch."""
+    remainder: str = "uneven"
+    """Tail of an epoch across ranks: ``uneven`` (exactly once), ``pad`` (repeat) or ``drop``."""
+    prefetch: int = 2
+    """Batches in flight ahead of the consumer (more when batches are small, see ``Loader.window_batches``)."""
+    concurrency: int = 64
+    """Read requests in flight, across all prefetched batches."""
+    request_bytes: int = 512 * 1024
+    """Bytes one read request asks for (samples grouped by owning node); 1 reads each sample alone."""
+    decode_threads: int = 0
+    """Native decoder threads; 0: one per core, at most 8."""
+    consistency: str = "ONE"
+    """Read consistency level."""
+    missing: str = "raise"
+    """A UUID without a row: ``raise`` or ``skip`` (counted in the loader's stats)."""
+    max_retries: int = 8
+    """Retries of a read that fails transiently, with exponential backoff."""
+    out_of_order: bool = False
+    """Hand batches over as they complete rather than in order (high-latency links)."""
+    slow_start: bool = False
+    """Start with one batch in flight and grow the window (high-latency links)."""
+    with_uuids: bool = False
+    """Yield ``(x, y, uuids)`` instead of ``(x, y)``."""
+    shard: tuple[int, int] = (0, 1)
+    """(index, count): read only every count-th batch of the rank's stream, from index (one DataLoader worker)."""
+
+    def __post_init__(self):
+        for name in ("batch_size", "seed", "rank", "world_size", "prefetch", "concurrency", "request_bytes",
+                     "decode_threads", "max_retries"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise LoaderOptionsError(f"{name} must be an integer, got {value!r}")
+        for name in ("batch_size", "world_size", "prefetch", "concurrency", "request_bytes"):
+            if getattr(self, name) < 1:
+                raise LoaderOptionsError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("decode_threads", "max_retries"):
+            if getattr(self, name) < 0:
+                raise LoaderOptionsError(f"{name} must be zero or more, got {getattr(self, name)}")
+        if not 0 <= self.rank < self.world_size:
+            raise LoaderOptionsError(f"rank must be in [0, {self.world_size}), got {self.rank}")
+        if not 0 <= self.seed < 2**64:
+            raise LoaderOptionsError(f"seed must be in [0, 2**64), got {self.seed}")
+        if self.remainder not in REMAINDER_POLICIES:
+            raise LoaderOptionsError(f"unknown remainder policy {self.remainder!r} "
+                                     f"(one of {', '.join(REMAINDER_POLICIES)})")
+        if self.missing not in MISSING_POLICIES:
+            raise LoaderOptionsError(f"unknown missing policy {self.missing!r} (one of {', '.join(MISSING_POLICIES)})")
+        if not isinstance(self.consistency, str) or self.consistency.upper() not in CONSISTENCY_LEVELS:
+            raise LoaderOptionsError(f"unknown consistency {self.consistency!r} "
+                                     f"(one of {', '.join(CONSISTENCY_LEVELS)})")
+        if self.decode not in (None, TENSOR) and not isinstance(self.decode, Decode):
+            raise LoaderOptionsError(f"decode must be None, 'tensor' or a ringfeed.Decode, got {self.decode!r}")
+        if not (isinstance(self.shard, tuple) and len(self.shard) == 2 and 0 <= self.shard[0] < self.shard[1]):
+            raise LoaderOptionsError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")
+
+    @classmethod
+    def build(cls, options: LoaderOptions | None = None, **fields) -> LoaderOptions:
+        """`options` (default: the defaults) with `fields` changed and validated again: how the keyword form of
+        ``Loader(..., batch_size=64, seed=42)`` and of the torch adapter becomes one object."""
+        unknown = sorted(fields.keys() - {field.name for field in dataclasses.fields(cls)})
+        if unknown:
+            raise LoaderOptionsError(f"unknown loader option(s): {', '.join(unknown)}")
+        return dataclasses.replace(options or cls(), **fields)
