@@ -44,7 +44,7 @@ def child_loader_mid_epoch(dataset: str) -> None:
     others = iter(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(64.0)), batch_size=8,
                                               num_workers=2))
     next(others)
-    loader = Loader(dataset, SPLIT, "train", 8, decode=Decode(32, 32), prefetch=4, decode_threads=2)
+    loader = Loader(dataset, SPLIT, "train", batch_size=8, decode=Decode(32, 32), prefetch=4, decode_threads=2)
     next(iter(loader))
     next(others)
 
@@ -57,7 +57,7 @@ def child_torch_workers(dataset: str) -> None:
     data = RingfeedDataset(dataset, SPLIT, "train", batch_size=8, seed=1)
     batches = iter(DataLoader(data, num_workers=2))
     next(batches)
-    next(iter(Loader(dataset, SPLIT, "val", 4, prefetch=3)))
+    next(iter(Loader(dataset, SPLIT, "val", batch_size=4, prefetch=3)))
     next(batches)
 
 
@@ -67,7 +67,7 @@ def child_fork_after_loader(dataset: str) -> None:
 
     from ringfeed import Decode, Loader
 
-    loader = Loader(dataset, SPLIT, "val", 8, decode=Decode(32, 32), decode_threads=2)
+    loader = Loader(dataset, SPLIT, "val", batch_size=8, decode=Decode(32, 32), decode_threads=2)
     for _ in loader:
         pass
     for _ in torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(32.0)), batch_size=8,
@@ -81,7 +81,7 @@ def child_fork_reuses_loader(dataset: str) -> None:
     go (whose threads exist only in the parent), then exits normally."""
     from ringfeed import Decode, Loader
 
-    loader = Loader(dataset, SPLIT, "val", 8, decode=Decode(32, 32), decode_threads=2)
+    loader = Loader(dataset, SPLIT, "val", batch_size=8, decode=Decode(32, 32), decode_threads=2)
     next(iter(loader))
     pid = os.fork()
     if pid == 0:
@@ -98,7 +98,7 @@ def child_daemon_thread(dataset: str) -> None:
     """The main thread exits while a daemon thread waits inside the native loader for a batch."""
     from ringfeed import Loader
 
-    loader = Loader(dataset, SPLIT, "train", 4, prefetch=8, concurrency=2)
+    loader = Loader(dataset, SPLIT, "train", batch_size=4, prefetch=8, concurrency=2)
     started = threading.Event()
 
     def read_forever():
@@ -114,7 +114,7 @@ def child_error_mid_epoch(dataset: str) -> None:
     """An exception escapes mid-epoch: its traceback keeps the loader's frames (and batches in flight) alive."""
     from ringfeed import Loader
 
-    for _ in Loader(dataset, SPLIT, "train", 4, prefetch=4):
+    for _ in Loader(dataset, SPLIT, "train", batch_size=4, prefetch=4):
         raise RuntimeError("stress-exit: deliberate error mid-epoch")
 
 

@@ -68,7 +68,7 @@ def demo(ctx, workdir, patients):
         print_split(stored)
 
         console.rule("[bold]6 · two epochs of the train part through the loader, decoded to 224×224")
-        loader = Loader(DEMO_DATASET, DEMO_SPLIT, "train", 64, store=store, decode=Decode(224, 224), seed=42)
+        loader = Loader(DEMO_DATASET, DEMO_SPLIT, "train", batch_size=64, store=store, decode=Decode(224, 224), seed=42)
     print_throughput(loader, run_epochs(loader, 2))
     console.rule("[bold]done")
     console.print(f"the node keeps running: try [bold]ringfeed inspect {DEMO_DATASET}[/], "
