@@ -110,6 +110,8 @@ class LoaderOptions:
     def build(cls, options: LoaderOptions | None = None, **fields) -> LoaderOptions:
         """`options` (default: the defaults) with `fields` changed and validated again: how the keyword form of
         ``Loader(..., batch_size=64, seed=42)`` and of the torch adapter becomes one object."""
+        if options is not None and not isinstance(options, LoaderOptions):
+            raise LoaderOptionsError(f"options must be a ringfeed.LoaderOptions, got {type(options).__name__}")
         unknown = sorted(fields.keys() - {field.name for field in dataclasses.fields(cls)})
         if unknown:
             raise LoaderOptionsError(f"unknown loader option(s): {', '.join(unknown)}")

@@ -76,6 +76,8 @@ def test_keywords_build_the_same_object_and_change_a_given_one():
     with pytest.raises(LoaderOptionsError) as error:
         LoaderOptions.build(batch_sise=32, sead=1)
     assert str(error.value) == "unknown loader option(s): batch_sise, sead"
+    with pytest.raises(LoaderOptionsError, match="options must be a ringfeed.LoaderOptions, got dict"):
+        LoaderOptions.build({"batch_size": 32})
 
 
 def test_the_error_is_a_ringfeed_error():
