@@ -74,8 +74,9 @@ def login(password_node):
 def test_a_wrong_password_is_authentication_failed(login):
     wrong = dataclasses.replace(login, password="wrong")
     with pytest.raises(AuthenticationFailed, match=r"^Cassandra at 127\.0\.31\.1:9042 refused the credentials "
-                                                   r".*; check --username/--password"):
+                                                   r".*; check the username and password$") as error:
         Store(wrong, connect_timeout_s=10)
+    assert error.value.cli_hint.startswith("--username/--password")
     with pytest.raises(AuthenticationFailed, match="refused the credentials"):
         wrong.native_session()
     with pytest.raises(AuthenticationFailed, match="refused the credentials"):
@@ -83,7 +84,9 @@ def test_a_wrong_password_is_authentication_failed(login):
     proc = run(wrong, "datasets")
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: Cassandra at 127.0.31.1:9042 refused the credentials")
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    # the message, then the hint naming the options
+    assert proc.stderr.count("\n") == 2 and "\nhint: --username/--password" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_node_stopped_mid_epoch_is_ring_unavailable_and_its_retries_are_counted(password_node, login, tmp_path):
