@@ -1,9 +1,15 @@
-"""Where the Cassandra ring is and how to log in: one value object shared by the control and the data path."""
+"""Where the Cassandra ring is and how to log in: what the control and the data path connect to.
+
+Which ring (``ringfeed.ring.RingRef``) and what logs in to it are resolved apart; ``RingRef.login`` joins them here."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ringfeed.ring import RingRef
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,17 +31,19 @@ class ClusterAddress:
 
     @classmethod
     def from_env(cls) -> ClusterAddress:
-        """``RINGFEED_HOSTS`` (comma-separated), ``RINGFEED_PORT``, ``RINGFEED_USERNAME``, ``RINGFEED_PASSWORD``,
-        ``RINGFEED_TLS_CA_FILE``, ``RINGFEED_LOCAL_DC``."""
-        hosts = os.environ.get("RINGFEED_HOSTS", "127.0.0.1")
-        return cls(
-            hosts=tuple(h.strip() for h in hosts.split(",") if h.strip()),
-            port=int(os.environ.get("RINGFEED_PORT", "9042")),
-            username=os.environ.get("RINGFEED_USERNAME") or None,
-            password=os.environ.get("RINGFEED_PASSWORD") or None,
-            tls_ca_file=os.environ.get("RINGFEED_TLS_CA_FILE") or None,
-            local_dc=os.environ.get("RINGFEED_LOCAL_DC") or None,
-        )
+        """The ring of ``RingRef.from_env`` (``RINGFEED_HOSTS``, comma-separated, ``RINGFEED_PORT``,
+        ``RINGFEED_LOCAL_DC``, ``RINGFEED_TLS_CA_FILE``), logged in with ``RINGFEED_USERNAME``/``RINGFEED_PASSWORD``."""
+        from ringfeed.ring import PASSWORD_ENV, TLS_CA_FILE_ENV, USERNAME_ENV, RingRef
+
+        return RingRef.from_env().login(os.environ.get(USERNAME_ENV) or None, os.environ.get(PASSWORD_ENV) or None,
+                                        os.environ.get(TLS_CA_FILE_ENV) or None)
+
+    @property
+    def ring(self) -> RingRef:
+        """Which ring this is, without what logs in to it."""
+        from ringfeed.ring import RingRef
+
+        return RingRef(self.hosts, self.port, self.local_dc, tls=bool(self.tls_ca_file))
 
     @property
     def where(self) -> str:

@@ -23,6 +23,10 @@ class RingUnavailable(RingfeedError):
     """No node of the ring answered, connections broke, or too few replicas are alive."""
 
 
+class StorageNotSupported(RingfeedError):
+    """A Dataset's spec.storage names a kind of ring this release cannot reach (K8ssandra)."""
+
+
 class AuthenticationFailed(RingfeedError):
     """The ring refused the credentials (or needs some and none were given)."""
 

@@ -1,4 +1,5 @@
-"""Connections to the rings Datasets live on: one Store per ring address and credentials, shared by handlers."""
+"""Connections to the rings Datasets live on: one Store per ring and login, shared by handlers, opened through the
+data plane's one seam (``ringfeed.ring.connect``), so no Cassandra driver is imported here."""
 
 from __future__ import annotations
 
@@ -7,50 +8,41 @@ import tempfile
 import threading
 from pathlib import Path
 
-from cassandra import DriverException, OperationTimedOut
-from cassandra.cluster import NoHostAvailable
-
-from ringfeed.errors import RingfeedError
+from ringfeed.connection import ClusterAddress
+from ringfeed.ring import RingRef, RingSecrets, connect
 from ringfeed.store import Store
-from ringfeed_operator.builders.ring import credentials_secret, ring_address, tls_secret
 from ringfeed_operator.kube import Kube
-
-# A ring that cannot answer: the data plane's errors and the Python driver's own.
-RING_ERRORS = (RingfeedError, DriverException, NoHostAvailable, OperationTimedOut)
-
-
-class StorageNotSupported(Exception):
-    """spec.storage names a kind of ring this operator cannot reach yet (K8ssandra)."""
 
 
 class Rings:
-    """Open Stores keyed by (namespace, storage spec, credentials); a failed Store is dropped and reopened."""
+    """Open Stores keyed by ring and login (a changed Secret opens a new one); a failed Store is dropped and
+    reopened."""
 
     def __init__(self, kube: Kube):
         self._kube = kube  # reads the credentials and CA Secrets a Dataset names
-        self._stores: dict[tuple, Store] = {}
+        self._stores: dict[ClusterAddress, Store] = {}
         self._lock = threading.Lock()
 
     def store(self, namespace: str, storage: dict) -> Store:
-        if "external" not in storage:
-            raise StorageNotSupported("spec.storage.k8ssandra: K8ssandra-provisioned rings come in a later "
-                                      "Ringfeed release; use spec.storage.external")
-        username = password = None
-        secret = credentials_secret(storage)
-        if secret:
-            username, password = self._kube.secret_values(namespace, secret["name"], secret["usernameKey"],
-                                                          secret["passwordKey"])
-        ca_file = None
-        ca_secret = tls_secret(storage)
-        if ca_secret:
-            ca_file = self._ca_file(*self._kube.secret_values(namespace, ca_secret["name"], ca_secret["key"]))
-        address = ring_address(storage, username, password, ca_file)
-        key = (address.hosts, address.port, username, password, ca_file, address.local_dc)
+        """The Store of a Dataset's spec.storage; StorageNotSupported, SecretNotFound, or the RingfeedError of the
+        ring (RingUnavailable when it cannot be reached)."""
+        address = self.address(namespace, storage)
         with self._lock:
-            store = self._stores.get(key)
+            store = self._stores.get(address)
             if store is None:
-                store = self._stores[key] = Store(address)
+                store = self._stores[address] = connect(address)
             return store
+
+    def address(self, namespace: str, storage: dict) -> ClusterAddress:
+        """The ring of spec.storage, logged in with the values of the Secrets it names."""
+        secrets = RingSecrets.from_spec(storage)
+        username = password = ca_file = None
+        if credentials := secrets.credentials:
+            username, password = self._kube.secret_values(namespace, credentials.name, credentials.username_key,
+                                                          credentials.password_key)
+        if ca := secrets.ca_certificate:
+            ca_file = self._ca_file(*self._kube.secret_values(namespace, ca.name, ca.key))
+        return RingRef.from_spec(storage).login(username, password, ca_file)
 
     @staticmethod
     def _ca_file(pem: str) -> str:

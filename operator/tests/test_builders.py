@@ -11,6 +11,7 @@ import pytest
 
 from ringfeed.cli.splits import spec_from_options, split_create
 from ringfeed.errors import RingfeedError
+from ringfeed.ring import RingRef, RingSecrets
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec
 from ringfeed.splits.engine import compute_split
@@ -32,7 +33,7 @@ from ringfeed_operator.builders.dataset import (
     stats_status,
 )
 from ringfeed_operator.builders.jobs import TTL_SECONDS_AFTER_FINISHED, ingest_job, job_name, split_job
-from ringfeed_operator.builders.ring import credentials_secret, ring_address, ring_env, tls_secret
+from ringfeed_operator.builders.ring import ring_env
 from ringfeed_operator.builders.split import split_arguments, split_spec, split_status
 from ringfeed_operator.config import JobsConfig
 
@@ -71,26 +72,24 @@ def test_dataset_spec_becomes_the_data_plane_schema():
 
 def test_a_local_datacenter_reaches_the_operator_and_the_jobs():
     storage = copy.deepcopy(DATASET["spec"]["storage"])
-    assert ring_address(storage).local_dc is None
+    assert RingRef.from_spec(storage).local_dc is None
     assert "RINGFEED_LOCAL_DC" not in {e["name"] for e in ring_env(storage)}
     storage["external"]["localDatacenter"] = "dc-west"
-    assert ring_address(storage).local_dc == "dc-west"
+    assert RingRef.from_spec(storage).local_dc == "dc-west"
     assert {"name": "RINGFEED_LOCAL_DC", "value": "dc-west"} in ring_env(storage)
 
 
 def test_a_keyspace_belongs_to_the_earliest_dataset_claiming_it_on_that_ring():
     spec = DATASET["spec"]
-    claimed = ring_keyspace("ml", "tumour-slides", spec)
-    assert claimed == (("external", ("cass-0.db", "cass-1.db"), 9142), "tumour_slides")
+    claimed = ring_keyspace("tumour-slides", spec)
+    assert claimed == ((("cass-0.db", "cass-1.db"), 9142), "tumour_slides")
     reordered = copy.deepcopy(spec)
     reordered["storage"]["external"]["contactPoints"].reverse()
-    assert ring_keyspace("other-team", "tumour-slides", reordered) == claimed  # same ring, same keyspace
-    assert ring_keyspace("ml", "renamed", {**spec, "keyspace": "tumour_slides"}) == claimed
+    assert ring_keyspace("tumour-slides", reordered) == claimed  # same ring, same keyspace
+    assert ring_keyspace("renamed", {**spec, "keyspace": "tumour_slides"}) == claimed
     elsewhere = copy.deepcopy(spec)
     elsewhere["storage"]["external"]["port"] = 9042
-    assert ring_keyspace("ml", "tumour-slides", elsewhere) != claimed
-    k8ssandra = {**spec, "storage": {"k8ssandra": {"clusterName": "ring"}}}
-    assert ring_keyspace("ml", "t", k8ssandra) != ring_keyspace("ops", "t", k8ssandra)
+    assert ring_keyspace("tumour-slides", elsewhere) != claimed
     def claim(namespace, name, created, holds=False, keyspace=None):
         spec_ = {**spec, "keyspace": keyspace} if keyspace else spec
         return keyspace_claim(namespace, name, spec_, {"keyspace": "tumour_slides"} if holds else {},
@@ -258,17 +257,7 @@ def test_tls_puts_the_ca_secret_where_the_data_plane_reads_it():
     assert "RINGFEED_TLS_CA_FILE" not in {e["name"] for e in plain["containers"][0]["env"]}
     dataset["spec"]["storage"]["external"]["tls"]["enabled"] = False
     storage = dataset["spec"]["storage"]
-    assert ring_address(storage).tls_ca_file is None and tls_secret(storage) is None
-
-
-def test_the_ring_is_read_from_spec_storage_in_one_place():
-    storage = DATASET["spec"]["storage"]
-    assert credentials_secret(storage) == {"name": "cass", "usernameKey": "user", "passwordKey": "pass"}
-    defaults = {"external": {"contactPoints": ["a"], "credentialsSecret": {"name": "cass"}}}
-    assert credentials_secret(defaults) == {"name": "cass", "usernameKey": "username", "passwordKey": "password"}
-    assert credentials_secret({"external": {"contactPoints": ["a"]}}) is None
-    assert ring_address(storage, "u", "p").hosts == ("cass-0.db", "cass-1.db")
-    assert ring_address(storage).port == 9142 and ring_address(defaults).port == 9042
+    assert not RingRef.from_spec(storage).tls and RingSecrets.from_spec(storage).ca_certificate is None
 
 
 def test_a_dataset_refused_its_keyspace_is_told_whose_it_is_and_what_to_do():

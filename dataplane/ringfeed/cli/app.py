@@ -13,8 +13,18 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ringfeed.connection import ClusterAddress
 from ringfeed.errors import RingfeedError, ring_error, ring_failures
+from ringfeed.ring import (
+    DEFAULT_HOSTS,
+    DEFAULT_PORT,
+    HOSTS_ENV,
+    LOCAL_DC_ENV,
+    PASSWORD_ENV,
+    PORT_ENV,
+    TLS_CA_FILE_ENV,
+    USERNAME_ENV,
+    RingRef,
+)
 
 console = Console()
 # Piped or redirected, a line stays one line (rich would wrap it at 80 columns); tables: render.print_table.
@@ -48,15 +58,15 @@ class RingfeedGroup(click.Group):
 
 
 @click.group(cls=RingfeedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.option("--hosts", envvar="RINGFEED_HOSTS", default="127.0.0.1", show_default=True,
-              help="Comma-separated Cassandra contact points [env RINGFEED_HOSTS].")
-@click.option("--port", envvar="RINGFEED_PORT", default=9042, show_default=True, help="CQL port [env RINGFEED_PORT].")
-@click.option("--username", envvar="RINGFEED_USERNAME", default=None, help="[env RINGFEED_USERNAME]")
-@click.option("--password", envvar="RINGFEED_PASSWORD", default=None, help="[env RINGFEED_PASSWORD]")
-@click.option("--tls-ca-file", envvar="RINGFEED_TLS_CA_FILE", default=None, type=click.Path(dir_okay=False),
-              help="Connect with TLS, verifying the nodes against this PEM CA certificate [env RINGFEED_TLS_CA_FILE].")
-@click.option("--local-dc", envvar="RINGFEED_LOCAL_DC", default=None,
-              help="Send requests to this datacenter's nodes only [env RINGFEED_LOCAL_DC].")
+@click.option("--hosts", envvar=HOSTS_ENV, default=DEFAULT_HOSTS, show_default=True,
+              help=f"Comma-separated Cassandra contact points [env {HOSTS_ENV}].")
+@click.option("--port", envvar=PORT_ENV, default=DEFAULT_PORT, show_default=True, help=f"CQL port [env {PORT_ENV}].")
+@click.option("--username", envvar=USERNAME_ENV, default=None, help=f"[env {USERNAME_ENV}]")
+@click.option("--password", envvar=PASSWORD_ENV, default=None, help=f"[env {PASSWORD_ENV}]")
+@click.option("--tls-ca-file", envvar=TLS_CA_FILE_ENV, default=None, type=click.Path(dir_okay=False),
+              help=f"Connect with TLS, verifying the nodes against this PEM CA certificate [env {TLS_CA_FILE_ENV}].")
+@click.option("--local-dc", envvar=LOCAL_DC_ENV, default=None,
+              help=f"Send requests to this datacenter's nodes only [env {LOCAL_DC_ENV}].")
 @click.version_option(package_name="ringfeed")
 @click.pass_context
 def main(ctx, hosts, port, username, password, tls_ca_file, local_dc):
@@ -70,8 +80,8 @@ def main(ctx, hosts, port, username, password, tls_ca_file, local_dc):
       ringfeed inspect pets
       ringfeed split create pets by-owner --ratios 7,2,1 --group-by owner --seed 1
     """
-    ctx.obj = ClusterAddress(tuple(h.strip() for h in hosts.split(",") if h.strip()), port, username, password,
-                             tls_ca_file, local_dc)
+    # The same reading of the same variables as RingRef.from_env: a Job's `ringfeed` finds the operator's ring.
+    ctx.obj = RingRef.parse(hosts, port, local_dc, tls=bool(tls_ca_file)).login(username, password, tls_ca_file)
 
 
 def open_store(ctx):

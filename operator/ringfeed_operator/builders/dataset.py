@@ -8,9 +8,9 @@ import json
 import re
 from collections.abc import Iterable
 
+from ringfeed.ring import RingRef
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.store import DatasetInfo
-from ringfeed_operator.builders.ring import ring_identity
 
 
 def catalog_name(name: str, spec: dict) -> str:
@@ -18,9 +18,10 @@ def catalog_name(name: str, spec: dict) -> str:
     return spec.get("keyspace") or name.replace("-", "_")
 
 
-def ring_keyspace(namespace: str, name: str, spec: dict) -> tuple:
-    """The (ring, keyspace) a Dataset's tables live in, as far as specs tell rings apart."""
-    return ring_identity(namespace, spec["storage"]), catalog_name(name, spec)
+def ring_keyspace(name: str, spec: dict) -> tuple:
+    """The (ring, keyspace) a Dataset's tables live in, as far as specs tell rings apart; StorageNotSupported for
+    a ring this release cannot reach (no tables of it live anywhere)."""
+    return RingRef.from_spec(spec["storage"]).identity, catalog_name(name, spec)
 
 
 def keyspace_claim(namespace: str, name: str, spec: dict, status: dict, meta: dict) -> tuple:

@@ -6,15 +6,16 @@ from typing import NoReturn
 
 import kopf
 
+from ringfeed.errors import RingfeedError, StorageNotSupported
 from ringfeed.store import Store
 from ringfeed_operator.context import Context
 from ringfeed_operator.kube import SecretNotFound
-from ringfeed_operator.rings import RING_ERRORS, StorageNotSupported
 from ringfeed_operator.status import Conditions
 
 POLL_S = 5.0  # how often Jobs and the catalog are looked at
-# Why a ring's Store cannot be had: no such kind of ring yet, a Secret missing, or the ring not answering.
-STORE_ERRORS = (StorageNotSupported, SecretNotFound, *RING_ERRORS)
+# Why a ring's Store cannot be had: a Secret missing, or the data plane's error (no such kind of ring yet, the ring
+# not answering, the credentials refused).
+STORE_ERRORS = (SecretNotFound, RingfeedError)
 
 
 def event(body: dict, reason: str, message: str, warning: bool = False) -> None:
@@ -41,5 +42,5 @@ def open_store(memo: Context, namespace: str, storage: dict, patch: kopf.Patch, 
         give_up(patch, conditions, generation, "StorageNotSupported", str(error), permanent=True)
     except SecretNotFound as error:
         give_up(patch, conditions, generation, "SecretNotFound", str(error), permanent=False)
-    except RING_ERRORS as error:
+    except RingfeedError as error:
         give_up(patch, conditions, generation, "RingUnreachable", str(error), permanent=False)

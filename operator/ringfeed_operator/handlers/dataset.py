@@ -13,7 +13,8 @@ import datetime as dt
 
 import kopf
 
-from ringfeed.errors import DatasetNotFound, RingfeedError
+from ringfeed.errors import DatasetNotFound, RingfeedError, StorageNotSupported
+from ringfeed.ring import ring_errors
 from ringfeed.store import Store
 from ringfeed_operator.builders.dataset import (
     catalog_name,
@@ -32,7 +33,6 @@ from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, job_name
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import STORE_ERRORS, event, give_up, open_store
 from ringfeed_operator.kube import JobRejected, SecretNotFound
-from ringfeed_operator.rings import RING_ERRORS
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
 
 PERMANENT_REASONS = frozenset({"InvalidSpec", "StorageNotSupported", "SchemaMismatch"})
@@ -40,14 +40,18 @@ DROP_ATTEMPTS = 5  # deletionPolicy Delete: after this many failed drops the key
 
 
 def keyspace_index(namespace: str, name: str, spec: dict, status: dict, meta: dict, **_) -> dict:
-    """Datasets by the (ring, keyspace) they claim, with their rank as claimants: who owns a keyspace."""
-    return {ring_keyspace(namespace, name, spec): keyspace_claim(namespace, name, spec, status, meta)}
+    """Datasets by the (ring, keyspace) they claim, with their rank as claimants: who owns a keyspace. A Dataset on
+    a kind of ring this release cannot reach claims none."""
+    try:
+        return {ring_keyspace(name, spec): keyspace_claim(namespace, name, spec, status, meta)}
+    except StorageNotSupported:
+        return {}
 
 
 def _keyspace_owner(namespace: str, name: str, spec: dict, status: dict, meta: dict, index: kopf.Index) -> tuple:
     """(namespace, name) of the Dataset owning this one's keyspace on its ring (this one's own claim included, in
     case the index has not seen it yet)."""
-    claims = index.get(ring_keyspace(namespace, name, spec), ())
+    claims = index.get(ring_keyspace(name, spec), ())
     return keyspace_owner([*claims, keyspace_claim(namespace, name, spec, status, meta)])
 
 
@@ -60,7 +64,10 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         schema = dataset_schema(name, spec)
     except RingfeedError as error:
         give_up(patch, conditions, generation, "InvalidSpec", f"spec.schema: {error}", permanent=True)
-    owner = _keyspace_owner(namespace, name, spec, status, meta, datasets_by_keyspace)
+    try:
+        owner = _keyspace_owner(namespace, name, spec, status, meta, datasets_by_keyspace)
+    except StorageNotSupported as error:
+        give_up(patch, conditions, generation, "StorageNotSupported", str(error), permanent=True)
     if owner != (namespace, name):  # its deletionPolicy must not drop, nor its ingest write into, another's tables
         patch.status["keyspace"] = None  # no longer holds it: the timer leaves it alone, a deletion drops nothing
         give_up(patch, conditions, generation, "KeyspaceInUse", keyspace_in_use(schema.keyspace, owner),
@@ -71,14 +78,16 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
                 "by this operator (Helm value jobs.allowHostPath); use a persistentVolumeClaim", permanent=True)
     store = open_store(memo, namespace, spec["storage"], patch, conditions, generation)
     try:
-        existing = store.info(schema.name)
+        with ring_errors(store.address):
+            existing = store.info(schema.name)
     except DatasetNotFound:
         existing = None
-    except RING_ERRORS as error:
+    except RingfeedError as error:
         memo.rings.forget(store)
         give_up(patch, conditions, generation, "RingUnreachable", str(error), permanent=False)
     if existing is None:
-        store.create_dataset(schema)
+        with ring_errors(store.address, f"creating keyspace {schema.keyspace}"):  # failed: kopf retries
+            store.create_dataset(schema)
         event(body, "TablesCreated", f"keyspace {schema.keyspace}: metadata_by_nat, data_by_uuid"
                                      + (", metadata_by_uuid" if schema.with_metadata_by_uuid else ""))
     else:
@@ -201,8 +210,9 @@ def _refresh_stats(name, namespace, spec, status, store: Store, memo: Context, p
                                      dt.datetime.now(dt.UTC)):
         return "skipped"
     try:
-        info = store.info(catalog_name(name, spec))
-    except RING_ERRORS as error:
+        with ring_errors(store.address):
+            info = store.info(catalog_name(name, spec))
+    except RingfeedError as error:
         memo.rings.forget(store)
         conditions.set("Degraded", True, "RingUnreachable", f"cannot read the catalog: {error}")
         return "failed"
@@ -231,14 +241,21 @@ def delete(name: str, namespace: str, spec: dict, status: dict, meta: dict, body
     memo.metrics.forget_dataset(namespace, name)
     if spec.get("deletionPolicy", "Retain") != "Delete" or not status.get("keyspace"):
         return
-    owner = _keyspace_owner(namespace, name, spec, status, meta, datasets_by_keyspace)
+    try:
+        owner = _keyspace_owner(namespace, name, spec, status, meta, datasets_by_keyspace)
+    except StorageNotSupported as error:  # spec.storage moved to a ring this release cannot reach
+        event(body, "TablesKept", f"deletionPolicy Delete: keyspace {status['keyspace']} not dropped: {error}",
+              warning=True)
+        return
     if owner != (namespace, name):
         event(body, "TablesKept", f"deletionPolicy Delete: keyspace {status['keyspace']} belongs to Dataset "
                                   f"{owner[0]}/{owner[1]}, not dropped", warning=True)
         return
     try:
         # force: its stored splits go with it (the Split objects, the guard above, are gone already).
-        memo.rings.store(namespace, spec["storage"]).drop_dataset(catalog_name(name, spec), force=True)
+        store = memo.rings.store(namespace, spec["storage"])
+        with ring_errors(store.address):
+            store.drop_dataset(catalog_name(name, spec), force=True)
     except DatasetNotFound:
         return
     except STORE_ERRORS as error:

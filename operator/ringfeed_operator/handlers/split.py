@@ -8,7 +8,8 @@ from typing import Any
 
 import kopf
 
-from ringfeed.errors import DatasetNotFound
+from ringfeed.errors import DatasetNotFound, RingfeedError
+from ringfeed.ring import ring_errors
 from ringfeed.splits import SplitSpec
 from ringfeed.splits.spec import SplitError
 from ringfeed.splits.storage import SplitNotFound, get_split, list_splits
@@ -24,7 +25,6 @@ from ringfeed_operator.builders.split import (
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import POLL_S, STORE_ERRORS, event, give_up, open_store
 from ringfeed_operator.kube import JobRejected
-from ringfeed_operator.rings import RING_ERRORS
 from ringfeed_operator.status import Conditions, job_state
 
 DATASET_CHECK_S = 30.0  # how often a computed Split checks that its Dataset and stored version are still there
@@ -111,9 +111,10 @@ def watch_job(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
             store = open_store(memo, namespace, dataset["spec"]["storage"], patch, conditions, generation)
             parameters = split_spec(spec)
             try:
-                versions = [s for s in list_splits(store, catalog_name(spec["dataset"], dataset["spec"]), name)
-                            if s.spec == parameters]
-            except RING_ERRORS as error:
+                with ring_errors(store.address):
+                    versions = [s for s in list_splits(store, catalog_name(spec["dataset"], dataset["spec"]), name)
+                                if s.spec == parameters]
+            except RingfeedError as error:
                 memo.rings.forget(store)
                 raise kopf.TemporaryError(f"cannot read the stored split: {error}", delay=POLL_S) from None
             if not versions:
@@ -142,11 +143,12 @@ def watch_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dic
         except STORE_ERRORS:
             return  # the Dataset reports why its ring cannot be reached; look again at the next tick
         try:
-            on_ring = store.info(catalog)
-            stored = get_split(store, catalog, name, status["version"])
+            with ring_errors(store.address):
+                on_ring = store.info(catalog)
+                stored = get_split(store, catalog, name, status["version"])
         except (DatasetNotFound, SplitNotFound):
             pass
-        except RING_ERRORS:
+        except RingfeedError:
             memo.rings.forget(store)
             return
     ready, reason, message = split_readiness(spec["dataset"], dataset is not None, on_ring, stored)

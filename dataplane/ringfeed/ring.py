@@ -1,0 +1,162 @@
+"""Which ring to talk to, as one value: read from a Dataset's ``spec.storage`` or from the environment and command-line
+options, rendered into a Job's environment, so the operator, its Jobs and the CLI name a ring the same way.
+
+A ``RingRef`` holds no secret: hashable and printable, it keys caches and travels in a Job's environment. What logs
+in is resolved by whoever holds it (``RingRef.login``): the CLI from its options, the operator from the Secrets
+``RingSecrets`` names. ``connect`` is the one way the operator opens a ring, the seam a provisioned (K8ssandra) ring
+plugs into.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from ringfeed.connection import ClusterAddress
+from ringfeed.errors import RingfeedError, StorageNotSupported, ring_error, ring_failures
+
+if TYPE_CHECKING:
+    from ringfeed.store import Store
+
+HOSTS_ENV = "RINGFEED_HOSTS"
+PORT_ENV = "RINGFEED_PORT"
+LOCAL_DC_ENV = "RINGFEED_LOCAL_DC"
+TLS_CA_FILE_ENV = "RINGFEED_TLS_CA_FILE"
+USERNAME_ENV = "RINGFEED_USERNAME"
+PASSWORD_ENV = "RINGFEED_PASSWORD"
+DEFAULT_HOSTS = "127.0.0.1"  # the ring of `ringfeed local up`
+DEFAULT_PORT = 9042
+JOB_TLS_CA_FILE = "/etc/ringfeed/tls/ca.crt"  # where a Job finds the nodes' CA certificate (its Secret mounted)
+
+
+def _external(storage: Mapping) -> Mapping:
+    """spec.storage.external: the only kind of ring this release reaches."""
+    if "external" not in storage:
+        raise StorageNotSupported("spec.storage.k8ssandra: K8ssandra-provisioned rings come in a later Ringfeed "
+                                  "release; use spec.storage.external")
+    return storage["external"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RingRef:
+    """A ring: its contact points and CQL port, the datacenter requests stay in, whether it is reached with TLS.
+
+    ``tls``: connections verify each node's certificate against a CA certificate that the login supplies.
+    ``local_dc``: requests go to that datacenter's nodes only (token-aware within it).
+    """
+
+    hosts: tuple[str, ...] = (DEFAULT_HOSTS,)
+    port: int = DEFAULT_PORT
+    local_dc: str | None = None
+    tls: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.hosts or not all(self.hosts):
+            raise RingfeedError(f"no contact points in {self.hosts!r}: name at least one node of the ring",
+                                f"--hosts ({HOSTS_ENV}) takes comma-separated host names or addresses")
+        if not 0 < self.port < 65536:
+            raise RingfeedError(f"port {self.port} is not a TCP port (1-65535)", f"--port ({PORT_ENV}) sets it")
+
+    @classmethod
+    def parse(cls, hosts: str, port: int | str, local_dc: str | None, tls: bool) -> RingRef:
+        """From the strings of the command line or the environment: comma-separated hosts, empty = no datacenter."""
+        try:
+            number = int(port)
+        except ValueError:
+            raise RingfeedError(f"port {port!r} is not a number", f"--port ({PORT_ENV}) sets it") from None
+        return cls(tuple(h.strip() for h in hosts.split(",") if h.strip()), number, local_dc or None, tls)
+
+    @classmethod
+    def from_spec(cls, storage: Mapping) -> RingRef:
+        """A Dataset's spec.storage (the schema has validated it); StorageNotSupported for a K8ssandra ring."""
+        external = _external(storage)
+        return cls(tuple(external["contactPoints"]), external.get("port", DEFAULT_PORT),
+                   external.get("localDatacenter") or None, bool((external.get("tls") or {}).get("enabled")))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> RingRef:
+        """What ``to_env`` wrote (a Job's environment), or a user's RINGFEED_* variables."""
+        return cls.parse(environ.get(HOSTS_ENV, DEFAULT_HOSTS), environ.get(PORT_ENV, DEFAULT_PORT),
+                         environ.get(LOCAL_DC_ENV), bool(environ.get(TLS_CA_FILE_ENV)))
+
+    def to_env(self) -> dict[str, str]:
+        """The variables from which a Job's ``ringfeed`` finds this ring; the login (a Secret's values, the CA
+        certificate mounted at JOB_TLS_CA_FILE) is the Job builder's to add."""
+        env = {HOSTS_ENV: ",".join(self.hosts), PORT_ENV: str(self.port)}
+        if self.local_dc:
+            env[LOCAL_DC_ENV] = self.local_dc
+        if self.tls:
+            env[TLS_CA_FILE_ENV] = JOB_TLS_CA_FILE
+        return env
+
+    @property
+    def identity(self) -> tuple:
+        """What tells rings apart: the same contact points, in any order, and port are one ring."""
+        return tuple(sorted(self.hosts)), self.port
+
+    def login(self, username: str | None = None, password: str | None = None,
+              tls_ca_file: str | None = None) -> ClusterAddress:
+        """This ring with what logs in to it: the address a Store or native session connects to."""
+        if self.tls != bool(tls_ca_file):
+            raise RingfeedError("TLS needs a CA certificate file, and a CA certificate file means TLS: "
+                                f"{self} with tls_ca_file={tls_ca_file!r}")
+        return ClusterAddress(self.hosts, self.port, username, password, tls_ca_file, self.local_dc)
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretKey:
+    """One key of a Kubernetes Secret in the Dataset's namespace."""
+
+    name: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CredentialsSecret:
+    """The Kubernetes Secret, in the Dataset's namespace, holding the username and password of the ring."""
+
+    name: str
+    username_key: str = "username"
+    password_key: str = "password"
+
+
+@dataclasses.dataclass(frozen=True)
+class RingSecrets:
+    """Where a Dataset keeps what logs in to its ring: Secrets the operator reads, and its Jobs get as
+    ``secretKeyRef`` variables and a mounted CA certificate."""
+
+    credentials: CredentialsSecret | None = None
+    ca_certificate: SecretKey | None = None
+
+    @classmethod
+    def from_spec(cls, storage: Mapping) -> RingSecrets:
+        """spec.storage.external.credentialsSecret and tls.caSecret, defaults filled in."""
+        external = _external(storage)
+        credentials = external.get("credentialsSecret")
+        tls = external.get("tls") or {}
+        return cls(
+            credentials=CredentialsSecret(credentials["name"], credentials.get("usernameKey", "username"),
+                                          credentials.get("passwordKey", "password")) if credentials else None,
+            ca_certificate=(SecretKey(tls["caSecret"]["name"], tls["caSecret"].get("key", "ca.crt"))
+                            if tls.get("enabled") else None),
+        )
+
+
+@contextlib.contextmanager
+def ring_errors(address: ClusterAddress, doing: str | None = None) -> Iterator[None]:
+    """Failures of the ring inside the block, from either client, raised as the RingfeedError of their kind."""
+    try:
+        yield
+    except ring_failures() as exc:
+        raise ring_error(exc, doing, address.where) from None
+
+
+def connect(address: ClusterAddress) -> Store:
+    """A Store on the ring at ``address``, or the RingfeedError saying why not (RingUnavailable: unreachable)."""
+    from ringfeed.store import Store
+
+    with ring_errors(address):
+        return Store(address)
