@@ -86,6 +86,9 @@ def test_the_host_network_is_unchanged_by_a_running_and_a_stopped_cluster():
         inside = cluster("exec", "sh", "-c", "ip -o link show; ip route; nft list ruleset")
         # The Pod network and kube-proxy's rules exist, in the cluster's namespace only.
         assert "cni0" in inside and "veth" in inside and "table ip kube-proxy" in inside
+        # No route leads out of it: no traffic can leave the namespace.
+        routes = cluster("exec", "ip", "route", "show", "table", "all").splitlines()
+        assert routes and not [route for route in routes if route.startswith("default")]
         running = snapshot()
         assert running["network namespaces"].split()[:1] == [NETNS]
         assert not differences(before, running, ignore=("network namespaces",)), \
