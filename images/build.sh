@@ -60,6 +60,8 @@ build_wheels() { # ringfeed (native extension built by maturin), ringfeed-operat
     # --compatibility linux: the extension links the image's own libssl3 (Debian's, security-updated with the
     # base) instead of a copy vendored into the wheel.
     (cd "$repo/dataplane" && "$python" -m maturin build --release --quiet --compatibility linux --out "$out" >/dev/null)
+    # setuptools copies into operator/build/lib without emptying it: a module removed from the sources would ship on.
+    rm -rf "$repo/operator/build"
     "$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$repo/operator"
     "$python" -m pip download --quiet --only-binary=:all: --dest "$out" --find-links "$out" \
         "$out"/ringfeed-0*.whl "$out"/ringfeed_operator-*.whl
