@@ -34,11 +34,11 @@ help: ## Show this help
 
 deps: $(VENV)/.installed .cache/.cassandra ## Install everything: venv, native extension, Cassandra jars
 
-$(VENV)/.installed: dataplane/pyproject.toml operator/pyproject.toml $(NATIVE_SOURCES)
+$(VENV)/.installed: client/pyproject.toml dataplane/pyproject.toml operator/pyproject.toml $(NATIVE_SOURCES)
 	@scripts/require-tools.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e 'dataplane[test,torch]' -e operator
+	$(PY) -m pip install --quiet -e client -e 'dataplane[test,torch]' -e operator
 	@touch $@
 
 .cache/.cassandra: $(VENV)/.installed
@@ -121,11 +121,11 @@ lint-shell: ## shellcheck -S warning on every tracked shell script
 	shellcheck -S warning $(SHELL_SCRIPTS)
 
 test: deps k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
-	$(PY) -m pytest dataplane/tests operator/tests
+	$(PY) -m pytest client/tests dataplane/tests operator/tests
 	$(MAKE) --no-print-directory test-e2e
 
 test-unit: deps ## Unit tests only (no servers, seconds)
-	$(PY) -m pytest dataplane/tests/unit operator/tests
+	$(PY) -m pytest client/tests dataplane/tests/unit operator/tests
 
 test-integration: deps ## Data-plane tests against real Cassandra nodes on loopback
 	$(PY) -m pytest dataplane/tests/integration

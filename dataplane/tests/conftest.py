@@ -20,6 +20,10 @@ from ringfeed.local import LocalRing, RingSettings
 REPO = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test"))
 KEEP = os.environ.get("RINGFEED_TEST_KEEP") == "1"
+# Another address and JMX port for the shared node: two test sessions side by side (with their own
+# RINGFEED_TEST_STATE) each get one.
+NODE_PREFIX = os.environ.get("RINGFEED_TEST_NODE_PREFIX", "127.0.10.")
+NODE_JMX_BASE = int(os.environ.get("RINGFEED_TEST_NODE_JMX_BASE", "7300"))
 
 
 class CassandraFixture:
@@ -93,8 +97,8 @@ def _stop(fixture: CassandraFixture) -> None:
 @pytest.fixture(scope="session")
 def cassandra_node():
     # TLS is optional on this node: plain clients (most tests) and TLS clients (test_tls.py) both connect.
-    fixture = _start("node", 1, RingSettings(cluster_name="ringfeed-test", address_prefix="127.0.10.",
-                                             jmx_base=7300, heap="768M", ring_delay_ms=1000, tls=True))
+    fixture = _start("node", 1, RingSettings(cluster_name="ringfeed-test", address_prefix=NODE_PREFIX,
+                                             jmx_base=NODE_JMX_BASE, heap="768M", ring_delay_ms=1000, tls=True))
     yield fixture
     _stop(fixture)
 

@@ -8,7 +8,15 @@ import click
 
 from ringfeed.cli.app import console, main, open_store
 from ringfeed.cli.render import human_bytes, progress_bar
-from ringfeed.loader import MISSING_POLICIES, REMAINDER_POLICIES, TENSOR, Decode, Loader, LoaderOptions
+from ringfeed.loader import (
+    CONSISTENCY_LEVELS,
+    MISSING_POLICIES,
+    REMAINDER_POLICIES,
+    TENSOR,
+    Decode,
+    Loader,
+    LoaderOptions,
+)
 
 DEFAULTS = LoaderOptions()  # the flags' defaults are the library's
 
@@ -38,29 +46,59 @@ def run_epochs(loader, epochs: int) -> list[tuple[int, float]]:
     return results
 
 
+def loader_flags(command):
+    """The LoaderOptions flags shared by ``ringfeed load`` and ``ringfeed serve``: their defaults are the library's."""
+    flags = [
+        click.option("--batch-size", "-b", default=DEFAULTS.batch_size, show_default=True),
+        click.option("--decode", "decode", default=None, metavar="HxW|tensor",
+                     help="Decode images to HxW (centre crop + bilinear resize), or raw tensors to their dtype and "
+                          "shape. Default: the stored bytes."),
+        click.option("--channels", type=click.Choice(["1", "3"]), default="3", show_default=True,
+                     help="Channels of decoded images: 1 (grey) or 3 (RGB)."),
+        click.option("--resize", type=click.Choice(["crop", "stretch"]), default="crop", show_default=True,
+                     help="Decoded images: centre-crop to the aspect ratio then resize, or resize only."),
+        click.option("--seed", default=DEFAULTS.seed, show_default=True, help="Seed of the per-epoch shuffle."),
+        click.option("--no-shuffle", is_flag=True, help="Read in split order."),
+        click.option("--rank", default=DEFAULTS.rank, show_default=True),
+        click.option("--world-size", default=DEFAULTS.world_size, show_default=True),
+        click.option("--remainder", type=click.Choice(REMAINDER_POLICIES), default=DEFAULTS.remainder,
+                     show_default=True,
+                     help="Tail of an epoch across ranks: every sample once (uneven), repeated (pad) or left out "
+                          "(drop)."),
+        click.option("--prefetch", default=DEFAULTS.prefetch, show_default=True,
+                     help="Batches in flight ahead of the consumer."),
+        click.option("--concurrency", default=DEFAULTS.concurrency, show_default=True, help="Reads in flight."),
+        click.option("--decode-threads", default=DEFAULTS.decode_threads, show_default=True,
+                     help="Native decoder threads; 0: one per core, at most 8."),
+        click.option("--consistency", type=click.Choice(CONSISTENCY_LEVELS, case_sensitive=False),
+                     default=DEFAULTS.consistency, show_default=True, help="Consistency level of the reads."),
+        click.option("--missing", type=click.Choice(MISSING_POLICIES), default=DEFAULTS.missing, show_default=True,
+                     help="What a UUID without a row does."),
+    ]
+    for flag in reversed(flags):
+        command = flag(command)
+    return command
+
+
+def options_from_flags(batch_size, decode, channels, resize, seed, no_shuffle, rank, world_size, remainder, prefetch,
+                       concurrency, decode_threads, consistency, missing, **fields) -> LoaderOptions:
+    """The LoaderOptions the flags of ``loader_flags`` describe (validated once, there)."""
+    size = parse_size(decode)
+    if isinstance(size, Decode):
+        size = Decode(size.height, size.width, channels=int(channels), crop=resize == "crop")
+    return LoaderOptions(batch_size=batch_size, decode=size, shuffle=not no_shuffle, seed=seed, rank=rank,
+                         world_size=world_size, remainder=remainder, prefetch=prefetch, concurrency=concurrency,
+                         decode_threads=decode_threads, consistency=consistency.upper(), missing=missing, **fields)
+
+
 @main.command()
 @click.argument("dataset")
 @click.argument("split")
 @click.option("--part", default="train", show_default=True, help="Part of the split to read.")
-@click.option("--batch-size", "-b", default=DEFAULTS.batch_size, show_default=True)
 @click.option("--epochs", default=1, show_default=True)
-@click.option("--decode", "decode", default=None, metavar="HxW|tensor",
-              help="Decode images to HxW (centre crop + bilinear resize), or raw tensors to their dtype and shape. "
-                   "Default: the stored bytes.")
-@click.option("--seed", default=DEFAULTS.seed, show_default=True, help="Seed of the per-epoch shuffle.")
-@click.option("--no-shuffle", is_flag=True, help="Read in split order.")
-@click.option("--rank", default=DEFAULTS.rank, show_default=True)
-@click.option("--world-size", default=DEFAULTS.world_size, show_default=True)
-@click.option("--remainder", type=click.Choice(REMAINDER_POLICIES), default=DEFAULTS.remainder, show_default=True,
-              help="Tail of an epoch across ranks: every sample once (uneven), repeated (pad) or left out (drop).")
-@click.option("--prefetch", default=DEFAULTS.prefetch, show_default=True,
-              help="Batches in flight ahead of the consumer.")
-@click.option("--concurrency", default=DEFAULTS.concurrency, show_default=True, help="Reads in flight.")
-@click.option("--missing", type=click.Choice(MISSING_POLICIES), default=DEFAULTS.missing, show_default=True,
-              help="What a UUID without a row does.")
+@loader_flags
 @click.pass_context
-def load(ctx, dataset, split, part, batch_size, epochs, decode, seed, no_shuffle, rank, world_size, remainder,
-         prefetch, concurrency, missing):
+def load(ctx, dataset, split, part, epochs, **flags):
     """Read DATASET's SPLIT through the loader for some epochs and show samples/s and MB/s.
 
     This is what a trainer's loader does (shuffle per epoch, rank sharding, prefetch), without the training.
@@ -71,9 +109,7 @@ def load(ctx, dataset, split, part, batch_size, epochs, decode, seed, no_shuffle
       ringfeed load demo_slides by-patient --decode 224x224 -b 128
       ringfeed load demo_slides by-patient --part val --rank 1 --world-size 4
     """
-    options = LoaderOptions(batch_size=batch_size, decode=parse_size(decode), shuffle=not no_shuffle, seed=seed,
-                            rank=rank, world_size=world_size, remainder=remainder, prefetch=prefetch,
-                            concurrency=concurrency, missing=missing)
+    options = options_from_flags(**flags)
     with open_store(ctx) as store:
         loader = Loader(dataset, split, part, options=options, store=store)
     results = run_epochs(loader, epochs)

@@ -23,32 +23,13 @@ from ringfeed.connection import ClusterAddress
 from ringfeed.errors import RingfeedError, SampleNotFound, ring_error, ring_failures
 from ringfeed.loader.options import TENSOR, Decode, LoaderOptions
 from ringfeed.loader.plan import EpochPlan
+from ringfeed_client.batch import Blobs
 
 log = logging.getLogger("ringfeed.loader")
 
 # UUIDs of skipped samples kept for the report; counts are always exact.
 REPORTED_UUIDS = 100
 STATE_VERSION = 1
-
-
-class Blobs:
-    """Undecoded samples of a batch: one uint8 buffer and int64 (start, end) spans, one row per sample;
-    ``blobs[i]`` is sample i's bytes (a memoryview, no copy)."""
-
-    def __init__(self, data: np.ndarray, spans: np.ndarray):
-        self.data = data
-        self.spans = spans
-
-    def __len__(self) -> int:
-        return len(self.spans)
-
-    def __getitem__(self, index: int) -> memoryview:
-        start, end = self.spans[index]
-        return memoryview(self.data)[start:end]
-
-    @property
-    def nbytes(self) -> int:
-        return int((self.spans[:, 1] - self.spans[:, 0]).sum())
 
 
 @dataclasses.dataclass

@@ -1,0 +1,25 @@
+"""What a batch's samples are when they are not decoded: shared by the in-process loader and the feed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Blobs:
+    """Undecoded samples of a batch: one uint8 buffer and int64 (start, end) spans, one row per sample;
+    ``blobs[i]`` is sample i's bytes (a memoryview, no copy)."""
+
+    def __init__(self, data: np.ndarray, spans: np.ndarray):
+        self.data = data
+        self.spans = spans
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __getitem__(self, index: int) -> memoryview:
+        start, end = self.spans[index]
+        return memoryview(self.data)[start:end]
+
+    @property
+    def nbytes(self) -> int:
+        return int((self.spans[:, 1] - self.spans[:, 0]).sum())

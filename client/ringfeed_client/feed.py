@@ -1,0 +1,212 @@
+"""The trainer's side of the loader sidecar: batches as numpy views of shared memory, a resumable position."""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ringfeed_client.batch import Blobs
+from ringfeed_client.protocol import (
+    VERSION,
+    ArraySpec,
+    FeedClosed,
+    FeedError,
+    feed_dir,
+    receive,
+    send,
+    socket_path,
+)
+
+RETRY_S = 0.25
+
+
+@dataclasses.dataclass
+class FeedStats:
+    batches: int = 0
+    samples: int = 0
+    wait_s: float = 0.0
+    """Time this process spent blocked on the next batch (the sidecar counts the same, per rank, in its metrics)."""
+
+
+class Feed:
+    """Batches of this rank's share of a Split part, handed over by the loader sidecar of the Pod.
+
+    Iterating runs the rest of the current epoch, then moves to the next one; ``epochs`` is how many the
+    TrainingJob asked for. Each batch is ``(x, y)`` (``(x, y, uuids)`` with ``with_uuids``): numpy arrays that are
+    views of the sidecar's shared memory, valid until the next batch is asked for (copy what you keep longer).
+    x is uint8 (n, height, width, channels) for decoded images, the dataset's dtype and shape for tensors, or
+    ``Blobs`` (the stored bytes); y is int64 (n,); uuids is uint8 (n, 16).
+
+    ``state_dict()`` is the position after the last batch handed out: save it with the model and give it back to
+    ``load_state_dict`` after a restart, before iterating, and the sidecar continues from there. A sidecar that
+    restarts is reconnected to transparently (for up to ``reconnect_s``), from the same position.
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None, *, with_uuids: bool = False,
+                 reconnect_s: float = 300.0):
+        self.directory: Path = feed_dir(directory)
+        self.with_uuids = with_uuids
+        self.reconnect_s = reconnect_s
+        self.stats = FeedStats()
+        self._sock: socket.socket | None = None
+        self._welcome: dict = {}
+        self._state: dict | None = None
+        self._held: str | None = None  # the slot of the batch the trainer has now
+        self._maps: dict[str, mmap.mmap] = {}
+        self._done = False
+
+    # -- what the feed is ------------------------------------------------------------------------------------------
+
+    def connect(self) -> Feed:
+        """Connect now rather than at the first batch (waits up to ``reconnect_s`` for the sidecar)."""
+        self._request(None)
+        return self
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to."""
+        return self.state_dict()["epoch"]
+
+    @property
+    def epochs(self) -> int:
+        """Epochs the TrainingJob asked for: train while ``feed.epoch < feed.epochs``."""
+        return self._info("epochs")
+
+    @property
+    def rank(self) -> int:
+        return self._info("rank")
+
+    @property
+    def world_size(self) -> int:
+        return self._info("world_size")
+
+    def _info(self, key: str):
+        if not self._welcome:
+            self.connect()
+        return self._welcome[key]
+
+    def __len__(self) -> int:
+        """Batches left in the current epoch for this rank."""
+        return self._request({"type": "length"})["batches"]
+
+    # -- position ----------------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The position after the last batch handed out (checkpoint it with the model)."""
+        if self._state is None:
+            self.connect()
+        return dict(self._state)  # type: ignore[arg-type]
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state` (from ``state_dict``, usually of a checkpoint); the sidecar checks it is a state of
+        this feed's split, part, seed and world."""
+        self._state = dict(state)
+        self._done = False
+        self._drop()  # the next request says hello again, with this state
+
+    # -- batches -----------------------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[tuple]:
+        while not self._done:
+            reply = self._request({"type": "next", "release": self._held})
+            self._held = None
+            if reply["type"] == "done":
+                self._done = True
+                return
+            if reply["type"] == "epoch_end":
+                return
+            self._held = reply["slot"]
+            batch = self._batch(reply)
+            self.stats.batches += 1
+            self.stats.samples += len(batch[1])
+            yield batch
+
+    def close(self) -> None:
+        self._drop()
+        self._maps.clear()
+
+    def __enter__(self) -> Feed:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _batch(self, reply: dict) -> tuple:
+        buffer = self._map(reply["slot"], reply["size"])
+        arrays = {}
+        for spec in map(ArraySpec.from_json, reply["arrays"]):
+            count = int(np.prod(spec.shape))
+            arrays[spec.name] = np.frombuffer(buffer, dtype=spec.dtype, count=count,
+                                              offset=spec.offset).reshape(spec.shape)
+        x = Blobs(arrays["data"], arrays["spans"]) if "spans" in arrays else arrays["x"]
+        return (x, arrays["y"], arrays["uuids"]) if self.with_uuids else (x, arrays["y"])
+
+    def _map(self, slot: str, size: int) -> mmap.mmap:
+        """The slot's file mapped copy-on-write: reads see the sidecar's bytes in place; a trainer that writes into
+        a batch changes its own copy of those pages only. Remapped when the sidecar grew the slot."""
+        mapped = self._maps.get(slot)
+        if mapped is None or len(mapped) < size:
+            with open(self.directory / slot, "rb") as file:
+                mapped = mmap.mmap(file.fileno(), 0, flags=mmap.MAP_PRIVATE,
+                                   prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            self._maps[slot] = mapped  # views of an older mapping keep that mapping alive
+        return mapped
+
+    # -- the connection ------------------------------------------------------------------------------------------
+
+    def _request(self, message: dict | None) -> dict:
+        """Send `message` (None: only connect) and return the reply; reconnects (saying where it stands) when the
+        sidecar went away, waiting for it up to ``reconnect_s``."""
+        started = time.perf_counter()
+        deadline = time.monotonic() + self.reconnect_s
+        try:
+            while True:
+                try:
+                    if self._sock is None:
+                        self._hello()
+                    if message is None:
+                        return self._welcome
+                    send(self._sock, message)
+                    reply = receive(self._sock)
+                    break
+                except (FeedClosed, ConnectionError, FileNotFoundError) as error:
+                    self._drop()
+                    if time.monotonic() > deadline:
+                        raise FeedError(f"no loader sidecar answered on {socket_path(self.directory)} for "
+                                        f"{self.reconnect_s:.0f} s: {error}") from None
+                    time.sleep(RETRY_S)
+        finally:
+            self.stats.wait_s += time.perf_counter() - started
+        if reply["type"] == "error":
+            raise FeedError(reply["message"])
+        if "state" in reply:
+            self._state = reply["state"]
+        return reply
+
+    def _hello(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(str(socket_path(self.directory)))
+            send(sock, {"type": "hello", "version": VERSION, "state": self._state})
+            welcome = receive(sock)
+        except BaseException:
+            sock.close()
+            raise
+        if welcome["type"] == "error":
+            sock.close()
+            raise FeedError(welcome["message"])
+        self._sock, self._welcome, self._state = sock, welcome, welcome["state"]
+        self._held = None  # a new sidecar has new slots; the old mapping stays valid while views of it live
+        self._done = welcome.get("done", False)
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

@@ -1,0 +1,47 @@
+"""``ringfeed serve``: the loader sidecar that a TrainingJob injects into each rank's Pod."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from ringfeed.cli.app import main
+from ringfeed.cli.load import loader_flags, options_from_flags
+from ringfeed_client.protocol import DEFAULT_FEED_DIR, FEED_DIR_ENV
+
+DEFAULT_PORT = 8477
+
+
+@main.command()
+@click.argument("dataset")
+@click.argument("split")
+@click.option("--part", default="train", show_default=True, help="Part of the split to feed.")
+@click.option("--version", "split_version", type=int, default=None, help="Version of the split (default: latest).")
+@click.option("--epochs", default=1, show_default=True, help="Epochs to feed before saying done.")
+@click.option("--feed-dir", envvar=FEED_DIR_ENV, default=DEFAULT_FEED_DIR, show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help=f"Shared-memory directory of the handoff (socket and slots) [env {FEED_DIR_ENV}].")
+@click.option("--bind", default="0.0.0.0", show_default=True, help="Address of the HTTP port.")
+@click.option("--http-port", default=DEFAULT_PORT, show_default=True,
+              help="Port of /healthz, /readyz, /status and /metrics.")
+@loader_flags
+@click.pass_context
+def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http_port, **flags):
+    """Feed DATASET's SPLIT to a trainer through shared memory (the TrainingJob loader sidecar).
+
+    Reads this rank's share of the part with the native loader and hands each batch to the trainer of the same
+    Pod, which reads it with ringfeed_client.Feed (numpy views, no copy, no Cassandra client). Positions survive
+    a restart of either side: see docs/loader.md#the-loader-sidecar.
+
+    \b
+    Example (what the operator runs in each rank's Pod):
+      ringfeed serve demo_slides by-patient --part train --epochs 2 --rank 0 --world-size 2 \\
+          --decode 64x64 --feed-dir /var/run/ringfeed
+    """
+    from ringfeed.serve import serve as run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run(ctx.obj, dataset, split, part, split_version, options_from_flags(**flags), epochs, feed_dir,
+        bind, http_port)

@@ -1,0 +1,102 @@
+"""The sidecar's HTTP port: probes for the kubelet, ``/status`` for the operator, ``/metrics`` for Prometheus."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ringfeed.serve.server import FeedServer
+
+
+class FeedCollector:
+    """The feed's figures as Prometheus metrics, read from its status at scrape time (nothing on the hot path)."""
+
+    def __init__(self, server: Callable[[], FeedServer | None], labels: dict[str, str]):
+        self._server, self._labels = server, labels
+
+    def collect(self):
+        server = self._server()
+        if server is None:
+            return
+        status, names, values = server.status, list(self._labels), list(self._labels.values())
+
+        def metric(family, name: str, documentation: str, value: float):
+            item = family(name, documentation, labels=names)
+            item.add_metric(values, value)
+            return item
+
+        yield metric(CounterMetricFamily, "ringfeed_feed_samples", "Samples handed to the trainer.",
+                     status.samples_served)
+        yield metric(CounterMetricFamily, "ringfeed_feed_batches", "Batches handed to the trainer.",
+                     status.batches_served)
+        yield metric(CounterMetricFamily, "ringfeed_feed_bytes", "Bytes of the batches handed to the trainer.",
+                     status.bytes_served)
+        yield metric(CounterMetricFamily, "ringfeed_feed_trainer_wait_seconds",
+                     "Time the trainer waited for its next batch.", status.trainer_wait_s)
+        yield metric(CounterMetricFamily, "ringfeed_feed_corrupt_samples",
+                     "Samples that could not be decoded (counted and left out).", server.corrupt())
+        yield metric(GaugeMetricFamily, "ringfeed_feed_epoch", "The epoch being delivered.", status.epoch)
+        yield metric(GaugeMetricFamily, "ringfeed_feed_position_samples",
+                     "Samples of this rank delivered since the first epoch began.", server.samples_delivered())
+
+
+class Endpoints:
+    """Serves the port in a thread; ``server`` is set once the split is loaded and the feed is up."""
+
+    def __init__(self, bind: str, port: int, labels: dict[str, str]):
+        self.server: FeedServer | None = None
+        self.failure: str | None = None
+        registry = CollectorRegistry()
+        registry.register(FeedCollector(lambda: self.server, labels))
+        endpoints = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # the name http.server calls
+                path = self.path.split("?")[0]
+                if path == "/healthz":
+                    self._reply(200 if endpoints.failure is None else 500, endpoints.failure or "ok")
+                elif path == "/readyz":
+                    ready = endpoints.server is not None and endpoints.server.producer.connected.is_set()
+                    self._reply(200 if ready else 503, "ready" if ready else "loading the split")
+                elif path == "/status":
+                    self._reply(200, json.dumps(endpoints.status()), "application/json")
+                elif path == "/metrics":
+                    self._reply(200, generate_latest(registry).decode(), "text/plain; version=0.0.4")
+                else:
+                    self._reply(404, "not found")
+
+            def _reply(self, code: int, body: str, kind: str = "text/plain") -> None:
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):  # probes every few seconds: not worth a log line each
+                pass
+
+        self._http = ThreadingHTTPServer((bind, port), Handler)
+        self.port = self._http.server_address[1]
+        threading.Thread(target=self._http.serve_forever, name="ringfeed-http", daemon=True).start()
+
+    def status(self) -> dict:
+        server = self.server
+        if server is None:
+            return {"ready": False, "error": self.failure}
+        status = dataclasses.asdict(server.status)
+        status.update(ready=server.producer.connected.is_set(), samples_delivered=server.samples_delivered(),
+                      corrupt=server.corrupt(), missing=server.missing(), position=server.position,
+                      uptime_s=round(time.monotonic() - status.pop("started"), 3))
+        return status
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()

@@ -1,0 +1,240 @@
+"""The loader sidecar (``ringfeed serve``, a real process) and the trainer's ``ringfeed_client.Feed`` against a real
+node: the same batches as the in-process loader, zero copy, exactly once per epoch across ranks, and positions kept
+across restarts of the trainer and of the sidecar."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ringfeed import Decode, Loader
+from ringfeed.demo import make_demo_set
+from ringfeed.ingest import ingest
+from ringfeed.schema import Column, DatasetSchema, Encoding
+from ringfeed.serve import wait_for_socket
+from ringfeed.splits import SplitSpec, create_split, load_split
+from ringfeed.store import Store
+from ringfeed_client import Blobs, Feed, FeedError
+
+NAME = "serve_slides"
+BATCH = 8
+PORTS = iter(range(18480, 18600))
+
+
+@pytest.fixture(scope="module")
+def slides(cassandra_node, tmp_path_factory):
+    with Store(cassandra_node.address) as store:
+        if NAME in {d.schema.name for d in store.datasets()}:
+            store.drop_dataset(NAME, force=True)
+        demo = make_demo_set(tmp_path_factory.mktemp("serve"), patients=6)
+        store.create_dataset(DatasetSchema(
+            NAME, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
+            Encoding("jpeg"), metadata=(Column("scanner", "text"),)))
+        ingest(store, NAME, str(demo.manifest))
+        create_split(store, NAME, "s", SplitSpec(ratios=(3, 1), names=("train", "val"), group_by=("patient_id",)))
+        yield store
+
+
+class Sidecar:
+    """``ringfeed serve`` in its own process, stopped by PID."""
+
+    def __init__(self, node, directory: Path, *args: str):
+        self.directory, self.port = directory, next(PORTS)
+        self.command = [sys.executable, "-m", "ringfeed", "--hosts", node.hosts[0], "serve", NAME, "s",
+                        "--feed-dir", str(directory), "--bind", "127.0.0.1", "--http-port", str(self.port),
+                        "--batch-size", str(BATCH), *args]
+        self.process: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        (self.directory / "feed.sock").unlink(missing_ok=True)
+        self.process = subprocess.Popen(self.command, stderr=subprocess.PIPE, text=True)
+        wait_for_socket(self.directory, timeout_s=60)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def stop(self) -> str:
+        assert self.process is not None
+        self.process.terminate()
+        _, errors = self.process.communicate(timeout=30)
+        return errors
+
+
+@pytest.fixture
+def sidecars(cassandra_node, tmp_path):
+    started: list[Sidecar] = []
+
+    def start(*args: str, rank: int = 0, directory: Path | None = None) -> Sidecar:
+        directory = directory or tmp_path / f"feed-{len(started)}"
+        directory.mkdir(exist_ok=True)
+        sidecar = Sidecar(cassandra_node, directory, *args)
+        started.append(sidecar)
+        return sidecar
+
+    yield start
+    for sidecar in started:
+        if sidecar.process and sidecar.process.poll() is None:
+            sidecar.kill()
+
+
+def uuids_of(batches) -> list[bytes]:
+    return [u.tobytes() for batch in batches for u in batch[2]]
+
+
+def train_uuids(store) -> list[bytes]:
+    return sorted(u.tobytes() for u in load_split(store, NAME, "s").uuids("train"))
+
+
+def epoch(feed: Feed) -> list[tuple]:
+    """One epoch's batches, each copied (the views are valid until the next batch only)."""
+    return [tuple(np.array(a) if isinstance(a, np.ndarray) else a for a in batch) for batch in feed]
+
+
+def mapped_from_shared_memory(array: np.ndarray) -> bool:
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap) and not array.flags.owndata
+
+
+def test_feed_hands_over_the_loaders_batches_without_a_copy(slides, sidecars):
+    sidecar = sidecars("--decode", "32x32", "--seed", "5", "--epochs", "2")
+    reference = Loader(NAME, "s", "train", store=slides, batch_size=BATCH, decode=Decode(32, 32), seed=5,
+                       with_uuids=True)
+    with Feed(sidecar.directory, with_uuids=True) as feed:
+        assert (feed.epoch, feed.epochs, feed.rank, feed.world_size) == (0, 2, 0, 1)
+        for expected_epoch in range(2):
+            assert len(feed) == len(reference)
+            expected = list(reference)
+            got = []
+            for x, y, uuids in feed:
+                assert x.dtype == np.uint8 and x.shape[1:] == (32, 32, 3)
+                assert mapped_from_shared_memory(x) and mapped_from_shared_memory(y)
+                got.append((np.array(x), np.array(y), np.array(uuids)))
+            assert [g[2].tobytes() for g in got] == [e[2].tobytes() for e in expected]
+            for g, e in zip(got, expected, strict=True):
+                assert np.array_equal(g[0], e[0]) and np.array_equal(g[1], e[1])
+            assert feed.epoch == expected_epoch + 1
+        assert list(feed) == []  # every epoch delivered: done
+    status, body = sidecar.get("/status")
+    figures = json.loads(body)
+    samples = len(train_uuids(slides))
+    assert status == 200 and figures["done"] and figures["samples_delivered"] == 2 * samples
+    assert figures["samples_served"] == 2 * samples and figures["corrupt"] == 0
+    metrics = {s.name: s.value for f in text_string_to_metric_families(sidecar.get("/metrics")[1]) for s in f.samples}
+    assert metrics["ringfeed_feed_samples_total"] == 2 * samples
+    assert metrics["ringfeed_feed_epoch"] == 2
+    assert sidecar.get("/readyz")[0] == 200 and sidecar.get("/healthz")[0] == 200
+
+
+def test_stored_bytes_arrive_as_blobs(slides, sidecars):
+    sidecar = sidecars("--no-shuffle")
+    stored = dict(slides.session.execute(f"SELECT uuid, data FROM {NAME}.data_by_uuid"))
+    with Feed(sidecar.directory, with_uuids=True) as feed:
+        count = 0
+        for blobs, _, uuids in feed:
+            assert isinstance(blobs, Blobs) and mapped_from_shared_memory(blobs.data)
+            for i, raw in enumerate(uuids):
+                assert bytes(blobs[i]) == stored[uuid.UUID(bytes=raw.tobytes())]
+                count += 1
+    assert count == len(train_uuids(slides))
+
+
+def test_ranks_cover_each_epoch_exactly_once(slides, sidecars):
+    feeds = [Feed(sidecars("--rank", str(r), "--world-size", "2", "--epochs", "2").directory, with_uuids=True)
+             for r in range(2)]
+    for _ in range(2):
+        delivered = [u for feed in feeds for u in uuids_of(epoch(feed))]
+        assert sorted(delivered) == train_uuids(slides)
+    for feed in feeds:
+        feed.close()
+
+
+def test_a_trainer_restarted_from_its_checkpoint_continues_there(slides, sidecars):
+    sidecar = sidecars("--seed", "9")
+    full = uuids_of(epoch(Feed(sidecars("--seed", "9").directory, with_uuids=True)))
+    first = Feed(sidecar.directory, with_uuids=True)
+    batches = iter(first)
+    kept = []
+    for _ in range(3):
+        kept.append(np.array(next(batches)[2]))
+    checkpoint = first.state_dict()  # saved with the model after 3 batches
+    next(batches)  # a 4th batch trained on, then the trainer dies before the next checkpoint
+    first.close()
+    second = Feed(sidecar.directory, with_uuids=True)
+    second.load_state_dict(checkpoint)
+    rest = uuids_of(epoch(second))
+    assert [u.tobytes() for batch in kept for u in batch] + rest == full
+    second.close()
+
+
+def test_a_trainer_restarted_without_a_checkpoint_gets_the_batch_it_held_again(slides, sidecars):
+    sidecar = sidecars("--seed", "11")
+    first = Feed(sidecar.directory, with_uuids=True)
+    batches = iter(first)
+    seen = [np.array(next(batches)[2]) for _ in range(2)]
+    first.close()  # died while training on its second batch: that one was never released
+    second = Feed(sidecar.directory, with_uuids=True)
+    rest = epoch(second)
+    assert rest[0][2].tobytes() == seen[1].tobytes()
+    assert sorted([seen[0][i].tobytes() for i in range(len(seen[0]))] + uuids_of(rest)) == train_uuids(slides)
+    second.close()
+
+
+def test_a_killed_sidecar_restarts_where_the_trainer_stands(slides, sidecars):
+    sidecar = sidecars("--seed", "13", "--rank", "1", "--world-size", "2", "--epochs", "2")
+    other = Feed(sidecars("--seed", "13", "--rank", "0", "--world-size", "2", "--epochs", "2").directory,
+                 with_uuids=True)
+    feed = Feed(sidecar.directory, with_uuids=True, reconnect_s=60)
+    delivered: list[bytes] = []
+    batches = iter(feed)
+    for _ in range(2):
+        delivered += [u.tobytes() for u in next(batches)[2]]
+    sidecar.kill()  # mid-epoch, with a batch held by the trainer and more prefetched
+    sidecar.start()
+    delivered += uuids_of(batches)  # the same iteration goes on through the new sidecar
+    delivered += uuids_of(epoch(other))
+    assert sorted(delivered) == train_uuids(slides)
+    second_epoch = uuids_of(epoch(feed)) + uuids_of(epoch(other))
+    assert sorted(second_epoch) == train_uuids(slides)
+    feed.close()
+    other.close()
+
+
+def test_a_checkpoint_of_another_feed_is_refused_with_a_clear_error(slides, sidecars):
+    feed = Feed(sidecars("--seed", "1").directory)
+    state = feed.state_dict()
+    other = Feed(sidecars("--seed", "2").directory)
+    other.load_state_dict(state)
+    with pytest.raises(FeedError, match="seed is 1, this loader has 2"):
+        list(other)
+    feed.close()
+    other.close()
+
+
+def test_the_sidecar_reports_a_split_it_cannot_find(cassandra_node, tmp_path):
+    command = [sys.executable, "-m", "ringfeed", "--hosts", cassandra_node.hosts[0], "serve", NAME, "no-such-split",
+               "--feed-dir", str(tmp_path), "--bind", "127.0.0.1", "--http-port", str(next(PORTS))]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ})
+    assert result.returncode == 1 and "no-such-split" in result.stderr
