@@ -18,7 +18,7 @@ class Blobs:
 
     def __getitem__(self, index: int) -> memoryview:
         start, end = self.spans[index]
-        return memoryview(self.data)[start:end]
+        return memoryview(self.data.data)[start:end]
 
     @property
     def nbytes(self) -> int:

@@ -169,12 +169,11 @@ class Feed:
         try:
             while True:
                 try:
-                    if self._sock is None:
-                        self._hello()
+                    sock = self._sock or self._hello()
                     if message is None:
                         return self._welcome
-                    send(self._sock, message)
-                    reply = receive(self._sock)
+                    send(sock, message)
+                    reply = receive(sock)
                     break
                 except (FeedClosed, ConnectionError, FileNotFoundError) as error:
                     self._drop()
@@ -190,7 +189,7 @@ class Feed:
             self._state = reply["state"]
         return reply
 
-    def _hello(self) -> None:
+    def _hello(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sock.connect(str(socket_path(self.directory)))
@@ -205,6 +204,7 @@ class Feed:
         self._sock, self._welcome, self._state = sock, welcome, welcome["state"]
         self._held = None  # a new sidecar has new slots; the old mapping stays valid while views of it live
         self._done = welcome.get("done", False)
+        return sock
 
     def _drop(self) -> None:
         if self._sock is not None:

@@ -192,13 +192,13 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     granted = {(group, resource, verb) for role in documents if role["kind"] == "ClusterRole"
                for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
                for verb in rule["verbs"]}
-    needed = {("ringfeed.io", kind, verb) for kind in ("datasets", "splits") for verb in ("get", "list", "watch",
-                                                                                          "patch")}
-    needed |= {("ringfeed.io", f"{kind}/status", "patch") for kind in ("datasets", "splits")}
-    needed |= {("ringfeed.io", f"{kind}/finalizers", "update") for kind in ("datasets", "splits")}
-    needed |= {("ringfeed.io", "trainingjobs", "list"), ("", "pods", "list"), ("", "pods/log", "get"),
-               ("", "secrets", "get"), ("", "events", "create")}
-    needed |= {("batch", "jobs", verb) for verb in ("get", "list", "create", "delete")}
+    watched = ("datasets", "splits", "trainingjobs")
+    needed = {("ringfeed.io", kind, verb) for kind in watched for verb in ("get", "list", "watch", "patch")}
+    needed |= {("ringfeed.io", f"{kind}/status", "patch") for kind in watched}
+    needed |= {("ringfeed.io", f"{kind}/finalizers", "update") for kind in watched}
+    needed |= {("", "pods", "list"), ("", "pods/log", "get"), ("", "secrets", "get"), ("", "events", "create"),
+               ("", "services", "get"), ("", "services", "create")}
+    needed |= {("batch", "jobs", verb) for verb in ("get", "list", "create", "delete", "patch")}
     needed |= {("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")}
     needed |= {("", "namespaces", verb) for verb in ("get", "list", "watch")}
     assert granted == needed  # exactly what the operator and kopf use: nothing missing, nothing more

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import re
 
-JOB_ROLES = ("ingest", "split")
+JOB_ROLES = ("ingest", "split", "sidecar")
 # The sections of a core ResourceRequirements a Job container can use (its Pod has no resourceClaims).
 RESOURCE_SECTIONS = ("limits", "requests")
 # The API server's own pattern for a resource quantity (500m, 2, 4Gi, 1e3).
@@ -18,7 +18,8 @@ QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 
 @dataclasses.dataclass(frozen=True)
 class JobsConfig:
-    """The ingest and split Jobs the operator creates (chart values `jobs.*`)."""
+    """The ingest and split Jobs and the TrainingJobs' loader sidecars the operator creates (chart values
+    `jobs.*`)."""
 
     # jobs.image.repository:tag — the data-plane image (the `ringfeed` command).
     image: str = "ghcr.io/ringfeed/dataplane:0.1.0"
@@ -34,6 +35,7 @@ class JobsConfig:
     resources: dict = dataclasses.field(default_factory=lambda: {
         "ingest": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
         "split": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
+        "sidecar": {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
     })
 
 
@@ -60,10 +62,10 @@ class JobResourcesError(ValueError):
 
 
 def parse_job_resources(text: str, defaults: dict) -> dict:
-    """The resources per role that `--job-resources` gives: a JSON object whose keys are roles (ingest, split) and
-    whose values are ResourceRequirements (limits, requests); a role given replaces that role's defaults, a role
-    left out keeps them. Raises JobResourcesError naming the problem, so that a bad chart value stops the operator at
-    its start instead of failing every Job it creates."""
+    """The resources per role that `--job-resources` gives: a JSON object whose keys are roles (ingest, split,
+    sidecar) and whose values are ResourceRequirements (limits, requests); a role given replaces that role's
+    defaults, a role left out keeps them. Raises JobResourcesError naming the problem, so that a bad chart value
+    stops the operator at its start instead of failing every Job it creates."""
     try:
         overrides = json.loads(text)
     except json.JSONDecodeError as error:

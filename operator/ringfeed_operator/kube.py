@@ -1,4 +1,5 @@
-"""The few Kubernetes API calls the handlers make besides kopf's own: Secrets, Jobs, references between objects."""
+"""The few Kubernetes API calls the handlers make besides kopf's own: Secrets, Jobs, Services, Pods, references
+between objects."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import kubernetes
-from kubernetes.client import V1Job, V1Pod
+from kubernetes.client import V1Job, V1Pod, V1Service
 from kubernetes.client.exceptions import ApiException
 
 GROUP = "ringfeed.io"
 VERSION = "v1alpha1"
 DATASETS = (GROUP, VERSION, "datasets")
 SPLITS = (GROUP, VERSION, "splits")
+TRAININGJOBS = (GROUP, VERSION, "trainingjobs")
 
 
 class SecretNotFound(Exception):
@@ -91,6 +93,23 @@ class Kube:
         if job is not None and manifest["metadata"]["ownerReferences"][0]["uid"] not in owners:
             raise JobRejected(f"Job {name} already exists and belongs to another object")
         return job, False
+
+    def set_job_suspended(self, namespace: str, name: str, suspended: bool) -> None:
+        self._batch.patch_namespaced_job(name, namespace, {"spec": {"suspend": suspended}})
+
+    def ensure_service(self, namespace: str, manifest: dict) -> bool:
+        """Create the Service unless it exists (a restarted operator finds it); → created."""
+        try:
+            self._core.create_namespaced_service(namespace, cast(V1Service, manifest))
+            return True
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            return False
+
+    def pods(self, namespace: str, selector: str) -> list[dict]:
+        return [self._api.sanitize_for_serialization(pod)
+                for pod in self._core.list_namespaced_pod(namespace, label_selector=selector).items]
 
     def delete_jobs(self, namespace: str, selector: str) -> None:
         """Delete Jobs and, in the background, their Pods."""

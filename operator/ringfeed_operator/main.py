@@ -16,9 +16,9 @@ import prometheus_client
 
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context
-from ringfeed_operator.handlers import dataset, split
+from ringfeed_operator.handlers import dataset, split, trainingjob
 from ringfeed_operator.handlers.common import POLL_S
-from ringfeed_operator.kube import DATASETS, SPLITS
+from ringfeed_operator.kube import DATASETS, SPLITS, TRAININGJOBS
 from ringfeed_operator.metrics import counted
 
 # Annotations and the finalizer carry Ringfeed's domain.
@@ -114,3 +114,19 @@ def watch_split_dataset(**kwargs) -> None:
 @counted("Split")
 def delete_split(**kwargs) -> None:
     split.delete(**kwargs)
+
+
+# -- TrainingJob -----------------------------------------------------------------------------------------------------
+
+@kopf.on.create(*TRAININGJOBS)
+@kopf.on.update(*TRAININGJOBS, field="spec")
+@kopf.on.resume(*TRAININGJOBS)
+@counted("TrainingJob")
+def reconcile_trainingjob(**kwargs) -> None:
+    trainingjob.reconcile(**kwargs)
+
+
+@kopf.timer(*TRAININGJOBS, interval=POLL_S, initial_delay=POLL_S, when=trainingjob.in_progress)
+@counted("TrainingJob")
+def watch_trainingjob(**kwargs) -> None:
+    trainingjob.watch(**kwargs)

@@ -29,6 +29,10 @@ REGISTRATIONS = {
     ("changing", "reconcile_split", None, None, None, "splits", None),   # resume
     ("changing", "reconcile_split", "create", None, None, "splits", None),
     ("changing", "delete_split", "delete", None, None, "splits", None),
+    ("spawning", "watch_trainingjob", None, None, 5.0, "trainingjobs", "in_progress"),
+    ("changing", "reconcile_trainingjob", None, None, None, "trainingjobs", None),   # resume
+    ("changing", "reconcile_trainingjob", "create", None, None, "trainingjobs", None),
+    ("changing", "reconcile_trainingjob/spec", "update", ("spec",), None, "trainingjobs", None),
 }
 
 

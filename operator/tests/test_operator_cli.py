@@ -17,22 +17,23 @@ DEFAULTS = JobsConfig().resources
 def test_job_resources_replace_the_roles_given_and_keep_the_others():
     split = {"requests": {"cpu": "500m", "memory": "4Gi"}, "limits": {"memory": 8 * 2**30}}
     resources = parse_job_resources(json.dumps({"split": split}), DEFAULTS)
-    assert resources == {"ingest": DEFAULTS["ingest"], "split": split}
+    assert resources == {"ingest": DEFAULTS["ingest"], "split": split, "sidecar": DEFAULTS["sidecar"]}
     assert parse_job_resources("{}", DEFAULTS) == DEFAULTS
 
 
 def test_job_resources_from_the_chart_defaults_are_the_operator_defaults():
     chart = '{"ingest":{"limits":{"memory":"4Gi"},"requests":{"cpu":"1","memory":"1Gi"}},' \
-            '"split":{"limits":{"memory":"8Gi"},"requests":{"cpu":"1","memory":"2Gi"}}}'   # helm's toJson
+            '"split":{"limits":{"memory":"8Gi"},"requests":{"cpu":"1","memory":"2Gi"}},' \
+            '"sidecar":{"limits":{"memory":"2Gi"},"requests":{"cpu":"1","memory":"512Mi"}}}'   # helm's toJson
     assert parse_job_resources(chart, DEFAULTS) == DEFAULTS
 
 
 BAD_JOB_RESOURCES = [
-    ("null", "give a JSON object with keys among ingest, split, not 'null'"),
-    ("5", "give a JSON object with keys among ingest, split, not '5'"),
-    ('["ingest"]', "give a JSON object with keys among ingest, split"),
+    ("null", "give a JSON object with keys among ingest, split, sidecar, not 'null'"),
+    ("5", "give a JSON object with keys among ingest, split, sidecar, not '5'"),
+    ('["ingest"]', "give a JSON object with keys among ingest, split, sidecar"),
     ("{ingest: {}}", "not JSON (Expecting property name enclosed in double quotes"),
-    ('{"train": {}}', "unknown role 'train': the roles are ingest, split"),
+    ('{"train": {}}', "unknown role 'train': the roles are ingest, split, sidecar"),
     ('{"ingest": "2Gi"}', "ingest: give an object with limits and/or requests"),
     ('{"ingest": null}', "ingest: give an object with limits and/or requests"),
     ('{"split": {"request": {"memory": "4Gi"}}}', "split: unknown field 'request' (fields: limits, requests)"),

@@ -1,0 +1,185 @@
+"""A TrainingJob's objects: an Indexed Job (one Pod per rank) with the loader sidecar injected, and the headless
+Service its ranks rendezvous through; the TrainingJob's status from the Job and the sidecars' reports. Pure.
+
+Credentials stay with the sidecar: the ring's Secret and CA reach only the ``ringfeed-loader`` container; the
+trainer gets the shared-memory feed directory, its rank's torch.distributed environment and nothing else, and the
+Pod mounts no ServiceAccount token unless the template asks for one.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ringfeed_client.protocol import FEED_DIR_ENV
+from ringfeed_operator.builders.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, owner_reference
+from ringfeed_operator.builders.ring import ring_env, ring_volumes
+from ringfeed_operator.config import JobsConfig
+
+LABEL_TRAININGJOB = "ringfeed.io/trainingjob"
+SIDECAR = "ringfeed-loader"
+FEED_VOLUME = "ringfeed-feed"
+FEED_DIR = "/var/run/ringfeed"
+SIDECAR_PORT = 8477
+MASTER_PORT = 29500
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+# The sidecar holds the prefetched batches (prefetch + 1 slots) in the feed directory's memory, which counts
+# against the Pod's memory; the chart's `jobs.resources.sidecar` sets the default.
+DEFAULT_RESTART_POLICY = "OnFailure"  # a killed trainer restarts in place: the feed directory and position stay
+
+
+def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> list[str]:
+    """``ringfeed serve`` for spec.split and spec.loader; the rank comes from the Pod (``$(RANK)``)."""
+    loader = spec.get("loader") or {}
+    decode = loader.get("decode") or {}
+    arguments = [
+        "serve", dataset, split, f"--part={spec['split'].get('part', 'train')}", f"--version={version}",
+        f"--epochs={spec.get('epochs', 1)}", "--rank=$(RANK)", f"--world-size={spec.get('replicas', 1)}",
+        f"--batch-size={loader.get('batchSize', 64)}", f"--seed={loader.get('seed', 0)}",
+        f"--remainder={loader.get('remainder', 'pad')}", f"--prefetch={loader.get('prefetch', 2)}",
+        f"--concurrency={loader.get('concurrency', 64)}", f"--decode-threads={loader.get('decodeThreads', 0)}",
+        f"--missing={loader.get('missing', 'raise')}", f"--consistency={loader.get('consistency', 'ONE')}",
+        f"--feed-dir={FEED_DIR}", f"--http-port={SIDECAR_PORT}",
+    ]
+    if not loader.get("shuffle", True):
+        arguments.append("--no-shuffle")
+    mode = decode.get("mode", "none")
+    if mode == "image":
+        arguments += [f"--decode={decode['height']}x{decode['width']}", f"--channels={decode.get('channels', 3)}",
+                      f"--resize={decode.get('resize', 'crop')}"]
+    elif mode == "tensor":
+        arguments.append("--decode=tensor")
+    return arguments
+
+
+def labels_of(name: str) -> dict[str, str]:
+    return {LABEL_TRAININGJOB: name, LABEL_COMPONENT: "trainer", LABEL_MANAGED_BY: MANAGER}
+
+
+def rendezvous_service(trainingjob: dict) -> dict:
+    """Headless: rank r's Pod is ``<name>-<r>.<name>``, published before it is ready (rank 0 listens for the
+    others while they start)."""
+    name = trainingjob["metadata"]["name"]
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "labels": labels_of(name), "ownerReferences": [owner_reference(trainingjob)]},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {LABEL_TRAININGJOB: name},
+                 "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}]},
+    }
+
+
+def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int, config: JobsConfig) -> dict:
+    """The Indexed Job of the ranks: the user's Pod template with the sidecar and the rank environment added."""
+    spec, name = trainingjob["spec"], trainingjob["metadata"]["name"]
+    replicas = spec.get("replicas", 1)
+    storage = dataset["spec"]["storage"]
+    template = copy.deepcopy(spec["template"])
+    metadata = template.setdefault("metadata", {})
+    metadata["labels"] = {**(metadata.get("labels") or {}), **labels_of(name)}
+    pod = template["spec"]
+    pod.setdefault("restartPolicy", DEFAULT_RESTART_POLICY)
+    pod.setdefault("automountServiceAccountToken", False)  # the trainer never needs the API unless it says so
+    pod["subdomain"] = name  # the Job controller names each Pod's host <job>-<index>: DNS <job>-<index>.<service>
+    rank_env: list[dict[str, Any]] = [
+        {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
+        {"name": "WORLD_SIZE", "value": str(replicas)},
+        {"name": "LOCAL_RANK", "value": "0"},
+        {"name": "MASTER_ADDR", "value": f"{name}-0.{name}"},
+        {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+        {"name": FEED_DIR_ENV, "value": FEED_DIR},
+    ]
+    feed_mount = {"name": FEED_VOLUME, "mountPath": FEED_DIR}
+    for container in pod["containers"]:
+        container["env"] = [*rank_env, *(container.get("env") or [])]
+        container["volumeMounts"] = [*(container.get("volumeMounts") or []), feed_mount]
+    tls_volumes, tls_mounts = ring_volumes(storage)
+    sidecar = _sidecar(spec, catalog, split_version, storage, rank_env, [feed_mount, *tls_mounts], config)
+    pod["initContainers"] = [sidecar, *(pod.get("initContainers") or [])]
+    pod["volumes"] = [*(pod.get("volumes") or []), {"name": FEED_VOLUME, "emptyDir": {"medium": "Memory"}},
+                      *tls_volumes]
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed", "completions": replicas, "parallelism": replicas,
+        "backoffLimit": config.backoff_limit * replicas, "suspend": bool(spec.get("suspend", False)),
+        "template": template,
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": labels_of(name), "ownerReferences": [owner_reference(trainingjob)]},
+        "spec": job_spec,
+    }
+
+
+def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, rank_env: list[dict], mounts: list[dict],
+             config: JobsConfig) -> dict:
+    sidecar_spec = spec.get("sidecar") or {}
+    probe = {"httpGet": {"path": "/readyz", "port": SIDECAR_PORT}, "periodSeconds": 2, "failureThreshold": 150}
+    return {
+        "name": SIDECAR, "image": sidecar_spec.get("image") or config.image,
+        "imagePullPolicy": config.image_pull_policy,
+        "restartPolicy": "Always",  # a native sidecar: started before the trainer, stopped after it
+        "command": ["ringfeed"],
+        "args": sidecar_arguments(spec, catalog, spec["split"]["name"], split_version),
+        "env": [rank_env[0], *ring_env(storage)],
+        "ports": [{"name": "feed-http", "containerPort": SIDECAR_PORT}],
+        # The trainer starts once the split is loaded and the ring answered (startup), and the kubelet restarts a
+        # sidecar whose HTTP port stops answering (liveness).
+        "startupProbe": probe,
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": SIDECAR_PORT}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": SIDECAR_PORT}, "periodSeconds": 10,
+                          "failureThreshold": 3},
+        "volumeMounts": mounts,
+        "resources": sidecar_spec.get("resources") or config.resources.get("sidecar", {}),
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+
+
+# -- status ------------------------------------------------------------------------------------------------------------
+
+RANK_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def rank_of(pod: dict) -> int | None:
+    index = ((pod.get("metadata") or {}).get("annotations") or {}).get(RANK_ANNOTATION)
+    return int(index) if index is not None and index.isdigit() else None
+
+
+def pod_ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or ())
+
+
+def rank_progress(previous: list[dict], reports: dict[int, dict]) -> list[dict]:
+    """Each rank's last known position: a rank whose sidecar did not answer (restarting, suspended) keeps the one it
+    reported last."""
+    ranks = {item["rank"]: dict(item) for item in previous}
+    for rank, report in reports.items():
+        ranks[rank] = {
+            "rank": rank, "epoch": report["epoch"], "offset": report["offset"],
+            "samplesDelivered": report["samples_delivered"], "corrupt": report["corrupt"],
+            "missing": report["missing"], "trainerWaitSeconds": round(report["trainer_wait_s"], 3),
+            "done": report["done"],
+        }
+    return [ranks[rank] for rank in sorted(ranks)]
+
+
+def summary(ranks: list[dict], replicas: int, epochs: int) -> dict:
+    """The job-wide figures of the printer columns: the epoch of the slowest rank, samples of all ranks."""
+    if len(ranks) < replicas:
+        epoch = 0
+    else:
+        epoch = min(epochs, min(item["epoch"] for item in ranks))
+    return {"epoch": epoch, "samplesDelivered": sum(item["samplesDelivered"] for item in ranks),
+            "corruptSamples": sum(item["corrupt"] for item in ranks)}
+
+
+def phase(job_state: str, suspended: bool, running: int) -> str:
+    """Pending | Running | Suspended | Succeeded | Failed."""
+    if job_state == "succeeded":
+        return "Succeeded"
+    if job_state == "failed":
+        return "Failed"
+    if suspended:
+        return "Suspended"
+    return "Running" if running else "Pending"

@@ -1,0 +1,140 @@
+"""TrainingJob: its ranks as an Indexed Job with the loader sidecar injected and a headless Service to rendezvous
+through, once its Split is computed; its progress from the Job and the sidecars; suspend and resume."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from ringfeed_operator.builders.dataset import catalog_name
+from ringfeed_operator.builders.trainingjob import (
+    LABEL_TRAININGJOB,
+    phase,
+    pod_ready,
+    rank_job,
+    rank_of,
+    rank_progress,
+    rendezvous_service,
+    summary,
+)
+from ringfeed_operator.context import Context
+from ringfeed_operator.feeds import feed_status
+from ringfeed_operator.handlers.common import event, give_up
+from ringfeed_operator.kube import JobRejected
+from ringfeed_operator.status import Conditions, job_state, now_rfc3339
+
+FINAL_PHASES = ("Succeeded", "Failed")
+
+
+def in_progress(status: Mapping[str, Any], **_) -> bool:
+    """The Job was made and has not ended (the progress timer's filter)."""
+    return bool(status.get("jobName")) and status.get("phase") not in FINAL_PHASES
+
+
+def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
+              patch: kopf.Patch, **_) -> None:
+    """Make the rank Job and its Service once the Split is computed; then follow spec.suspend."""
+    generation = meta["generation"]
+    conditions = Conditions(status.get("conditions"), generation)
+    if status.get("phase") in FINAL_PHASES:
+        return
+    split_name, part = spec["split"]["name"], spec["split"].get("part", "train")
+    split = memo.kube.read_object(namespace, "splits", split_name)
+    if split is None:
+        give_up(patch, conditions, generation, "SplitNotFound", f"Split {split_name} does not exist in namespace "
+                f"{namespace}", permanent=False, delay=10)
+    computed = split.get("status") or {}
+    if not computed.get("contentHash"):
+        give_up(patch, conditions, generation, "SplitNotReady", f"waiting for Split {split_name} to be computed",
+                permanent=False, delay=10)
+    parts = [p["name"] for p in computed.get("parts") or ()]
+    if part not in parts:
+        give_up(patch, conditions, generation, "PartNotFound", f"Split {split_name} has no part {part!r} (its "
+                f"parts: {', '.join(parts)})", permanent=True)
+    dataset_name = split["spec"]["dataset"]
+    dataset = memo.kube.read_object(namespace, "datasets", dataset_name)
+    if dataset is None:
+        give_up(patch, conditions, generation, "DatasetNotFound", f"Dataset {dataset_name} of Split {split_name} "
+                "does not exist", permanent=False, delay=10)
+    job = rank_job(body, dataset, catalog_name(dataset_name, dataset["spec"]), computed["version"], memo.config.jobs)
+    memo.kube.ensure_service(namespace, rendezvous_service(body))
+    try:
+        existing, created = memo.kube.ensure_job(namespace, job)
+    except JobRejected as error:
+        give_up(patch, conditions, generation, "InvalidSpec", str(error), permanent=True)
+    suspended = bool(spec.get("suspend"))
+    if created:
+        memo.metrics.jobs_created.labels("trainer").inc()
+        event(body, "Started", f"Job {name}: {spec.get('replicas', 1)} rank(s) on Split {split_name} part {part} "
+              f"(version {computed['version']}), {spec.get('epochs', 1)} epoch(s)")
+    elif existing is not None and bool(existing["spec"].get("suspend")) != suspended:
+        memo.kube.set_job_suspended(namespace, name, suspended)
+        event(body, "Suspended" if suspended else "Resumed",
+              "ranks stopped; each keeps its position" if suspended else "ranks start again where they stopped")
+    patch.status.update(jobName=name, splitVersion=computed["version"])
+    if not status.get("phase"):
+        patch.status["phase"] = "Pending"
+        conditions.set("Ready", False, "Starting", f"starting {spec.get('replicas', 1)} rank(s)")
+        patch.status["conditions"] = conditions.as_list()
+    patch.status["observedGeneration"] = generation
+
+
+def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
+          patch: kopf.Patch, **_) -> None:
+    """The Job's state and every rank's position, epoch and samples into status; an event per phase change."""
+    conditions = Conditions(status.get("conditions"), meta["generation"])
+    job = memo.kube.read_job(namespace, status["jobName"])
+    state = job_state(job)
+    if state == "missing":
+        return  # deleted by hand, or not made yet: reconcile (on resume) makes it again
+    replicas, epochs = spec.get("replicas", 1), spec.get("epochs", 1)
+    pods = memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}")
+    live = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    ready = [p for p in live if pod_ready(p)]
+    reports = {rank: report for pod in live
+               if (rank := rank_of(pod)) is not None and (report := feed_status(pod)) is not None}
+    ranks = rank_progress(status.get("ranks") or [], reports)
+    figures = summary(ranks, replicas, epochs)
+    now = now_rfc3339()
+    rate = _rate(status, figures["samplesDelivered"], now)
+    current = phase(state, bool((job or {}).get("spec", {}).get("suspend")), len(live))
+    if current != status.get("phase"):
+        _phase_changed(body, namespace, job, current, memo, conditions, patch, now)
+    conditions.set("Running", current == "Running", current)
+    all_ready = current == "Running" and len(ready) == replicas
+    if current not in FINAL_PHASES:
+        conditions.set("Ready", all_ready, "AllRanksFed" if all_ready else current,
+                       f"{len(ready)} of {replicas} rank(s) ready, epoch {figures['epoch']} of {epochs}")
+    patch.status.update(phase=current, ranks=ranks, replicasReady=len(ready), samplesPerSecond=rate,
+                        observedAt=now, conditions=conditions.as_list(), **figures)
+    if current == "Running" and not status.get("startTime"):
+        patch.status["startTime"] = now
+
+
+def _rate(status: dict, samples: int, now: str) -> int:
+    """Samples per second over the last tick (all ranks)."""
+    before, when = status.get("samplesDelivered"), status.get("observedAt")
+    if before is None or not when:
+        return 0
+    seconds = (dt.datetime.fromisoformat(now) - dt.datetime.fromisoformat(when)).total_seconds()
+    return max(0, round((samples - before) / seconds)) if seconds > 0 else status.get("samplesPerSecond", 0)
+
+
+def _phase_changed(body: dict, namespace: str, job: dict | None, current: str, memo: Context,
+                   conditions: Conditions, patch: kopf.Patch, now: str) -> None:
+    if current == "Succeeded":
+        conditions.set("Succeeded", True, "AllEpochsDelivered", "every rank finished")
+        conditions.set("Ready", False, "Succeeded", "the job has finished")
+        patch.status["completionTime"] = now
+        event(body, "Succeeded", "every rank finished")
+    elif current == "Failed" and job is not None:
+        message = memo.kube.job_failure(namespace, job)
+        conditions.set("Failed", True, "JobFailed", message)
+        conditions.set("Ready", False, "Failed", message)
+        patch.status["completionTime"] = now
+        event(body, "Failed", message, warning=True)
+    elif current == "Running":
+        event(body, "Running", "ranks are running")

@@ -1,0 +1,126 @@
+"""A TrainingJob's Indexed Job, Service and status figures: pure functions, checked without a cluster."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from test_builders import DATASET, SETTINGS
+
+from ringfeed.cli import main as ringfeed_cli
+from ringfeed_operator.builders.trainingjob import (
+    FEED_DIR,
+    SIDECAR,
+    phase,
+    rank_job,
+    rank_progress,
+    rendezvous_service,
+    sidecar_arguments,
+    summary,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = yaml.safe_load((REPO / "crds" / "samples" / "trainingjob.yaml").read_text())
+
+
+def trainingjob(**spec) -> dict:
+    body = copy.deepcopy(SAMPLE)
+    body["metadata"].update(namespace="ml", uid="7d0c1c2e-aaaa-bbbb-cccc-444455556666", generation=1)
+    body["apiVersion"], body["kind"] = "ringfeed.io/v1alpha1", "TrainingJob"
+    body["spec"].update(spec)
+    return body
+
+
+def job_of(body: dict) -> dict:
+    return rank_job(body, DATASET, "tumour_slides", 3, SETTINGS)
+
+
+def test_ranks_are_an_indexed_job_owned_by_the_trainingjob():
+    job = job_of(trainingjob())
+    assert job["metadata"]["name"] == "resnet-slides"
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "7d0c1c2e-aaaa-bbbb-cccc-444455556666"
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["suspend"]) == ("Indexed", 2, 2,
+                                                                                                  False)
+    assert job_of(trainingjob(suspend=True))["spec"]["suspend"] is True
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == "resnet-slides" and pod["automountServiceAccountToken"] is False
+    assert pod["restartPolicy"] == "Never"  # the sample's own choice is kept
+    without = trainingjob()
+    del without["spec"]["template"]["spec"]["restartPolicy"]
+    assert job_of(without)["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+
+
+def test_only_the_sidecar_sees_the_ring_and_its_credentials():
+    pod = job_of(trainingjob())["spec"]["template"]["spec"]
+    sidecar = pod["initContainers"][0]
+    assert sidecar["name"] == SIDECAR and sidecar["restartPolicy"] == "Always"
+    secret_refs = [e for e in sidecar["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+    assert {e["valueFrom"]["secretKeyRef"]["name"] for e in secret_refs} == {"cass"}
+    trainer = pod["containers"][0]
+    assert not any("secretKeyRef" in e.get("valueFrom", {}) or e["name"].startswith("RINGFEED_HOSTS")
+                   for e in trainer["env"])
+    assert {m["mountPath"] for m in trainer["volumeMounts"]} == {FEED_DIR}
+    env = {e["name"]: e.get("value") for e in trainer["env"]}
+    assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "resnet-slides-0.resnet-slides"
+    assert env["RINGFEED_FEED_DIR"] == FEED_DIR
+    assert {"name": "ringfeed-feed", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    assert sidecar["image"] == SETTINGS.image and sidecar["resources"] == SETTINGS.resources["sidecar"]
+
+
+def test_a_tls_ring_mounts_its_ca_into_the_sidecar_only():
+    dataset = copy.deepcopy(DATASET)
+    dataset["spec"]["storage"]["external"]["tls"] = {"enabled": True, "caSecret": {"name": "ring-ca", "key": "ca"}}
+    pod = rank_job(trainingjob(), dataset, "tumour_slides", 3, SETTINGS)["spec"]["template"]["spec"]
+    ca = next(v["name"] for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "ring-ca")
+    assert ca in {m["name"] for m in pod["initContainers"][0]["volumeMounts"]}
+    assert ca not in {m["name"] for c in pod["containers"] for m in c["volumeMounts"]}
+
+
+@pytest.mark.parametrize("decode,expected", [
+    ({"mode": "image", "width": 224, "height": 160}, ["--decode=160x224", "--channels=3", "--resize=crop"]),
+    ({"mode": "image", "width": 8, "height": 8, "channels": 1, "resize": "stretch"},
+     ["--decode=8x8", "--channels=1", "--resize=stretch"]),
+    ({"mode": "tensor"}, ["--decode=tensor"]),
+    ({"mode": "none"}, []),
+])
+def test_sidecar_arguments_are_a_valid_ringfeed_serve_command(decode, expected):
+    spec = trainingjob(loader={"batchSize": 32, "shuffle": False, "seed": 7, "decode": decode})["spec"]
+    arguments = sidecar_arguments(spec, "tumour_slides", "by-patient", 3)
+    assert arguments[:3] == ["serve", "tumour_slides", "by-patient"]
+    assert {"--batch-size=32", "--seed=7", "--no-shuffle", "--version=3", "--world-size=2", "--epochs=10"} <= set(
+        arguments)
+    assert [a for a in arguments if a.startswith(("--decode=", "--channels", "--resize"))] == expected
+    # The operator's command is one `ringfeed serve` accepts: parsed and type-checked by click, not run.
+    serve = ringfeed_cli.get_command(None, "serve")
+    context = serve.make_context("serve", [a.replace("$(RANK)", "1") for a in arguments[1:]])
+    assert context.params["rank"] == 1 and context.params["batch_size"] == 32
+
+
+def test_the_rendezvous_service_publishes_ranks_before_they_are_ready():
+    service = rendezvous_service(trainingjob())
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["metadata"]["name"] == "resnet-slides"
+
+
+def report(epoch: int, offset: int, samples: int) -> dict:
+    return {"epoch": epoch, "offset": offset, "samples_delivered": samples, "corrupt": 1, "missing": 0,
+            "trainer_wait_s": 0.25, "done": False}
+
+
+def test_a_rank_that_does_not_answer_keeps_its_last_position():
+    first = rank_progress([], {0: report(0, 64, 32), 1: report(0, 64, 32)})
+    later = rank_progress(first, {1: report(1, 0, 100)})
+    assert [r["samplesDelivered"] for r in later] == [32, 100] and later[1]["epoch"] == 1
+    assert summary(later, replicas=2, epochs=3) == {"epoch": 0, "samplesDelivered": 132, "corruptSamples": 2}
+    assert summary(later[:1], replicas=2, epochs=3)["epoch"] == 0
+
+
+@pytest.mark.parametrize("state,suspended,running,expected", [
+    ("succeeded", False, 0, "Succeeded"), ("failed", False, 1, "Failed"), ("running", True, 0, "Suspended"),
+    ("running", False, 2, "Running"), ("running", False, 0, "Pending"),
+])
+def test_phase(state, suspended, running, expected):
+    assert phase(state, suspended, running) == expected
