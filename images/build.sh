@@ -16,7 +16,7 @@ python=${PYTHON_VENV:-$repo/.venv}/bin/python
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/dataplane/pyproject.toml")
 base=localhost/ringfeed/base:bookworm
 pause=localhost/ringfeed/pause:1.0
-images=(dataplane operator)
+images=(dataplane operator trainer)
 
 setup_buildah() {
     command -v buildah >/dev/null || { echo "error: buildah missing; run: e2e/cluster/install-packages.sh" >&2; exit 1; }
@@ -60,16 +60,31 @@ build_wheels() { # ringfeed (native extension built by maturin), ringfeed-operat
     # --compatibility linux: the extension links the image's own libssl3 (Debian's, security-updated with the
     # base) instead of a copy vendored into the wheel.
     (cd "$repo/dataplane" && "$python" -m maturin build --release --quiet --compatibility linux --out "$out" >/dev/null)
-    # setuptools copies into operator/build/lib without emptying it: a module removed from the sources would ship on.
-    rm -rf "$repo/operator/build"
-    "$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$repo/operator"
+    # setuptools copies into <project>/build/lib without emptying it: a module removed from the sources would ship on.
+    rm -rf "$repo/operator/build" "$repo/client/build"
+    "$python" -m pip wheel --quiet --no-deps --wheel-dir "$out" "$repo/operator" "$repo/client"
     "$python" -m pip download --quiet --only-binary=:all: --dest "$out" --find-links "$out" \
         "$out"/ringfeed-0*.whl "$out"/ringfeed_operator-*.whl
 }
 
-build_image() { # name: images/<name>/Dockerfile with the wheelhouse as the context
+build_trainer_context() { # the example trainer's context: torch and its pure-Python dependencies, the client, train.py
+    local context=$cache/trainer-context
+    mkdir -p "$context/torch" "$context/client"
+    # The venv's versions; torch's nvidia-* and triton dependencies stay out (see images/trainer/Dockerfile). Files
+    # already downloaded are kept: torch's 540 MB wheel is fetched once.
+    # shellcheck disable=SC2046  # one argument per requirement
+    "$python" -m pip download --quiet --no-deps --only-binary=:all: --dest "$context/torch" $("$python" -m pip freeze \
+        | grep -iE '^(torch|filelock|fsspec|jinja2|markupsafe|networkx|sympy|mpmath|typing.extensions)==')
+    rm -f "$context/client"/*.whl
+    cp "$cache/wheels"/ringfeed_client-*.whl "$cache/wheels"/numpy-*.whl "$context/client/"
+    cp "$here/trainer/train.py" "$context/"
+}
+
+build_image() { # name: images/<name>/Dockerfile with the wheelhouse (the trainer: its own context) as the context
+    local context=$cache/wheels
+    [[ $1 == trainer ]] && context=$cache/trainer-context
     buildah bud --quiet --layers --pull=never --isolation chroot --build-arg BASE="$base" \
-        -f "$here/$1/Dockerfile" -t "localhost/ringfeed/$1:$version" "$cache/wheels" >/dev/null
+        -f "$here/$1/Dockerfile" -t "localhost/ringfeed/$1:$version" "$context" >/dev/null
 }
 
 export_image() { # image, archive: rewritten only when the image changed
@@ -80,7 +95,8 @@ export_image() { # image, archive: rewritten only when the image changed
 
 sources_key() { # everything the wheels and images are made from
     (cd "$repo" && find dataplane/pyproject.toml dataplane/ringfeed dataplane/native/src dataplane/native/Cargo.* \
-        operator/pyproject.toml operator/ringfeed_operator images/base images/dataplane images/operator \
+        operator/pyproject.toml operator/ringfeed_operator client/pyproject.toml client/ringfeed_client images/base \
+        images/dataplane images/operator images/trainer \
         -type f ! -name '*.pyc' | sort | xargs sha256sum) | sha256sum | cut -c1-16
 }
 
@@ -93,6 +109,7 @@ all() {
     key=$(sources_key)
     if [[ $(cat "$cache/sources.key" 2>/dev/null) != "$key" ]]; then
         timed wheels build_wheels
+        timed "trainer context" build_trainer_context
         for name in "${images[@]}"; do timed "$name" build_image "$name"; done
         for name in "${images[@]}"; do
             timed "export $name" export_image "localhost/ringfeed/$name:$version" "$cache/$name.oci.tar"
