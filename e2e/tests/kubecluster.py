@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -17,6 +18,12 @@ IMAGE_VERSION = "0.1.0"
 # Node i of the tests' Cassandra ring (a ring outside the cluster) listens on PREFIX + i: an address of this machine
 # that the cluster's Pods reach. Default: the local cluster's node IP, 10.244.0.1, on its bridge.
 RING_ADDRESS_PREFIX = os.environ.get("RINGFEED_E2E_RING_PREFIX", "10.244.0.")
+# The chart as the operator's tests install it.
+CHART = REPO / "charts" / "ringfeed"
+LOCAL_VALUES = REPO / "e2e" / "values-local.yaml"
+RELEASE, SYSTEM = "ringfeed", "ringfeed-system"
+GROUP, VERSION = "ringfeed.io", "v1alpha1"
+CRDS = ("datasets.ringfeed.io", "splits.ringfeed.io", "trainingjobs.ringfeed.io")
 
 
 class Cluster:
@@ -61,6 +68,28 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
             time.sleep(0.2)
+
+    def kill_container(self, namespace: str, pod: str, container: str) -> None:
+        """SIGKILL every process of one container, as the kernel's OOM killer would: the kubelet then restarts it by
+        the Pod's rules. Only for a cluster on this machine (its processes are ours to see in /proc)."""
+        found = self.core.read_namespaced_pod(pod, namespace)
+        statuses = (found.status.init_container_statuses or []) + (found.status.container_statuses or [])
+        status = next(s for s in statuses if s.name == container)
+        assert status.container_id, f"{pod}/{container} has no running container"
+        container_id = status.container_id.split("://")[-1]
+        victims = []
+        for process in Path("/proc").iterdir():
+            try:
+                if process.name.isdigit() and container_id in (process / "cgroup").read_text():
+                    victims.append(int(process.name))
+            except OSError:
+                continue  # ended meanwhile
+        assert victims, f"no process of {pod}/{container} ({container_id[:12]}) found"
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def wait_pod_done(self, namespace: str, name: str, timeout_s: float = 90) -> client.V1Pod:
         def done():

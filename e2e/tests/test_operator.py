@@ -10,114 +10,19 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
-import numpy as np
-import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from ringfeed.connection import ClusterAddress
-from ringfeed.local import LocalRing, RingSettings
+from ringfeed.local import LocalRing
 from ringfeed.splits import SplitSpec, load_split
 from ringfeed.splits.engine import compute_split
-from ringfeed.store import Store
 
-from kubecluster import REPO, RING_ADDRESS_PREFIX, Cluster
-
-CHART = REPO / "charts" / "ringfeed"
-LOCAL_VALUES = REPO / "e2e" / "values-local.yaml"
-RELEASE, SYSTEM = "ringfeed", "ringfeed-system"
-GROUP, VERSION = "ringfeed.io", "v1alpha1"
-CRDS = ("datasets.ringfeed.io", "splits.ringfeed.io", "trainingjobs.ringfeed.io")
-PATIENTS, PER_PATIENT = 6, 5  # per class
-STATE = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test"))
-
-
-# -- fixtures ----------------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def ring():
-    """A Cassandra node outside the cluster that its Pods reach; TLS optional on its CQL port."""
-    settings = RingSettings(cluster_name="ringfeed-e2e", address_prefix=RING_ADDRESS_PREFIX, jmx_base=7600, heap="768M",
-                            ring_delay_ms=1000, tls=True)
-    LocalRing(STATE / "e2e-ring", settings).down(purge=True)
-    local = LocalRing(STATE / "e2e-ring", settings)
-    local.up(1)
-    try:
-        yield local
-    finally:
-        local.down(purge=True)
-
-
-@pytest.fixture(scope="module")
-def store(ring):
-    with Store(ClusterAddress(tuple(ring.hosts))) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    """/tmp/…/samples: manifest.csv (path, label, patient_id) + JPEGs, readable by the images' user 10001."""
-    from PIL import Image
-
-    root = Path(tmp_path_factory.mktemp("e2e-source")) / "samples"
-    root.mkdir()
-    rng = np.random.default_rng(3)
-    rows = []
-    for label in (0, 1):
-        for patient in range(PATIENTS):
-            for index in range(PER_PATIENT):
-                name = f"c{label}_p{patient}_{index}.jpg"
-                pixels = rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)
-                Image.fromarray(pixels).save(root / name, quality=80)
-                rows.append((name, label, f"P{patient:02d}"))
-    (root / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
-    rows.append(("corrupt.jpg", 1, "P99"))
-    with open(root / "manifest.csv", "w", newline="") as f:
-        csv.writer(f).writerows([("path", "label", "patient_id"), *rows])
-    for folder in (root, *root.parents[:3]):
-        folder.chmod(0o755)
-    for file in root.iterdir():
-        file.chmod(0o644)
-    return root
-
-
-@pytest.fixture(scope="module")
-def release(cluster: Cluster):
-    """The chart installed with the local values; uninstalled (and its CRDs removed) at the end."""
-    cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM, "--create-namespace", "-f", str(LOCAL_VALUES),
-                 "--wait", "--timeout", "180s", timeout=240)
-    try:
-        yield RELEASE
-    finally:
-        cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", check=False, timeout=180)
-        cluster.kubectl("delete", "crd", *CRDS, "--ignore-not-found", "--wait=true", check=False, timeout=120)
-        cluster.kubectl("delete", "namespace", SYSTEM, "--ignore-not-found", "--wait=false", check=False)
-
-
-@pytest.fixture(scope="module")
-def ns(cluster: Cluster, release, request):
-    name = f"e2e-operator-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    cluster.wait("default ServiceAccount", lambda: cluster.core.list_namespaced_service_account(
-        name, field_selector="metadata.name=default").items)
-    yield name
-    if request.session.testsfailed:
-        from conftest import ARTIFACTS
-
-        cluster.dump(name, ARTIFACTS / "test_operator")
-        cluster.dump(SYSTEM, ARTIFACTS / "test_operator-system")
-    # Splits before Datasets: the deletion guards would hold the Datasets otherwise.
-    for plural in ("trainingjobs", "splits", "datasets"):
-        cluster.kubectl("delete", plural, "--all", "-n", name, "--wait=true", "--timeout=120s", check=False,
-                        timeout=150)
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
+from conftest import PATIENTS
+from kubecluster import CHART, CRDS, GROUP, LOCAL_VALUES, RELEASE, REPO, SYSTEM, VERSION, Cluster
 
 # -- helpers -----------------------------------------------------------------------------------------------------
 
@@ -371,6 +276,7 @@ def test_deletion_guards_hold_until_references_are_gone(cluster: Cluster, ns: st
     trainer = yaml.safe_load((REPO / "crds" / "samples" / "trainingjob.yaml").read_text())
     trainer["metadata"] = {"name": "scratch-trainer"}
     trainer["spec"]["split"] = {"name": "scratch-halves", "part": "train"}
+    trainer["spec"]["suspend"] = True  # the guard is under test, not training: no Pods
     create(cluster, ns, "trainingjobs", trainer)
 
     cluster.kubectl("delete", "dataset", "scratch", "-n", ns, "--wait=false")

@@ -94,8 +94,8 @@ class Kube:
             raise JobRejected(f"Job {name} already exists and belongs to another object")
         return job, False
 
-    def set_job_suspended(self, namespace: str, name: str, suspended: bool) -> None:
-        self._batch.patch_namespaced_job(name, namespace, {"spec": {"suspend": suspended}})
+    def patch_job(self, namespace: str, name: str, patch: dict) -> None:
+        self._batch.patch_namespaced_job(name, namespace, patch)
 
     def ensure_service(self, namespace: str, manifest: dict) -> bool:
         """Create the Service unless it exists (a restarted operator finds it); → created."""

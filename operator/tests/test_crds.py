@@ -43,12 +43,14 @@ def test_names_refused_as_cql_keywords_are_the_data_planes():
         assert listed_words(rule) - {CATALOG_KEYSPACE} == CQL_RESERVED, rule
 
 
-def test_unknown_fields_are_kept_only_in_the_trainer_pod_template():
+def test_unknown_fields_are_kept_only_in_the_trainer_pod_template_and_the_loader_states():
     kept = [path for plural in ("datasets", "splits", "trainingjobs")
             for path, node in walk(crd(plural)) if node.get("x-kubernetes-preserve-unknown-fields")]
-    template = "spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.template"
+    root = "spec.versions[0].schema.openAPIV3Schema.properties"
+    template = f"{root}.spec.properties.template"
     assert kept == [template, f"{template}.properties.metadata", f"{template}.properties.spec",
-                    f"{template}.properties.spec.properties.containers.items"]
+                    f"{template}.properties.spec.properties.containers.items",
+                    f"{root}.status.properties.ranks.items.properties.position"]
 
 
 def test_quantities_use_the_apiservers_pattern():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,13 @@ from test_builders import DATASET, SETTINGS
 from ringfeed.cli import main as ringfeed_cli
 from ringfeed_operator.builders.trainingjob import (
     FEED_DIR,
+    POSITIONS_ANNOTATION,
     SIDECAR,
     phase,
     rank_job,
     rank_progress,
     rendezvous_service,
+    resume_patch,
     sidecar_arguments,
     summary,
 )
@@ -107,7 +110,7 @@ def test_the_rendezvous_service_publishes_ranks_before_they_are_ready():
 
 def report(epoch: int, offset: int, samples: int) -> dict:
     return {"epoch": epoch, "offset": offset, "samples_delivered": samples, "corrupt": 1, "missing": 0,
-            "trainer_wait_s": 0.25, "done": False}
+            "trainer_wait_s": 0.25, "done": False, "position": {"epoch": epoch, "offset": offset, "skip": []}}
 
 
 def test_a_rank_that_does_not_answer_keeps_its_last_position():
@@ -116,6 +119,18 @@ def test_a_rank_that_does_not_answer_keeps_its_last_position():
     assert [r["samplesDelivered"] for r in later] == [32, 100] and later[1]["epoch"] == 1
     assert summary(later, replicas=2, epochs=3) == {"epoch": 0, "samplesDelivered": 132, "corruptSamples": 2}
     assert summary(later[:1], replicas=2, epochs=3)["epoch"] == 0
+
+
+def test_resuming_hands_each_rank_its_kept_position():
+    ranks = rank_progress([], {0: report(0, 64, 32), 1: report(0, 72, 36)})
+    patch = resume_patch(ranks)
+    assert patch["spec"]["suspend"] is False
+    kept = json.loads(patch["spec"]["template"]["metadata"]["annotations"][POSITIONS_ANNOTATION])
+    assert kept == {"0": ranks[0]["position"], "1": ranks[1]["position"]}
+    pod = job_of(trainingjob())["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "ringfeed-positions")
+    assert POSITIONS_ANNOTATION in volume["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"]
+    assert "ringfeed-positions" in {m["name"] for m in pod["initContainers"][0]["volumeMounts"]}
 
 
 @pytest.mark.parametrize("state,suspended,running,expected", [

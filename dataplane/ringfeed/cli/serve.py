@@ -26,9 +26,12 @@ DEFAULT_PORT = 8477
 @click.option("--bind", default="0.0.0.0", show_default=True, help="Address of the HTTP port.")
 @click.option("--http-port", default=DEFAULT_PORT, show_default=True,
               help="Port of /healthz, /readyz, /status and /metrics.")
+@click.option("--kept-positions", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JSON file of loader states by rank to start from when the feed directory has none (the "
+                   "operator keeps them over a TrainingJob's suspension).")
 @loader_flags
 @click.pass_context
-def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http_port, **flags):
+def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http_port, kept_positions, **flags):
     """Feed DATASET's SPLIT to a trainer through shared memory (the TrainingJob loader sidecar).
 
     Reads this rank's share of the part with the native loader and hands each batch to the trainer of the same
@@ -43,5 +46,5 @@ def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http
     from ringfeed.serve import serve as run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run(ctx.obj, dataset, split, part, split_version, options_from_flags(**flags), epochs, feed_dir,
-        bind, http_port)
+    run(ctx.obj, dataset, split, part, split_version, options_from_flags(**flags), epochs, feed_dir, bind,
+        http_port, kept_positions)

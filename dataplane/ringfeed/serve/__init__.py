@@ -18,7 +18,8 @@ __all__ = ["FeedServer", "FeedStatus", "serve", "wait_for_socket"]
 
 
 def serve(address: ClusterAddress, dataset: str, split: str, part: str, version: int | None, options: LoaderOptions,
-          epochs: int, directory: Path, bind: str, port: int, ready: threading.Event | None = None) -> None:
+          epochs: int, directory: Path, bind: str, port: int, kept_positions: Path | None = None,
+          ready: threading.Event | None = None) -> None:
     """Load the split, then feed the trainer until the process is stopped (the kubelet stops a native sidecar once
     the trainer has exited)."""
     labels = {"dataset": dataset, "split": split, "part": part, "rank": str(options.rank)}
@@ -27,7 +28,7 @@ def serve(address: ClusterAddress, dataset: str, split: str, part: str, version:
         source = LoaderSource.from_split(dataset, split, part, address=address, version=version)
         options = LoaderOptions.build(options, with_uuids=True)  # the trainer can always trace a batch back
         directory.mkdir(parents=True, exist_ok=True)
-        server = FeedServer(source, Loader.from_source(source, options=options), directory, epochs)
+        server = FeedServer(source, Loader.from_source(source, options=options), directory, epochs, kept_positions)
     except Exception as error:
         endpoints.failure = str(error)
         endpoints.close()

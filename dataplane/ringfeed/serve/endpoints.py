@@ -1,4 +1,5 @@
-"""The sidecar's HTTP port: probes for the kubelet, ``/status`` for the operator, ``/metrics`` for Prometheus."""
+"""The sidecar's HTTP port: probes for the kubelet, ``/status`` (and ``POST /pause``, before a suspension) for the
+operator, ``/metrics`` for Prometheus."""
 
 from __future__ import annotations
 
@@ -72,6 +73,15 @@ class Endpoints:
                 else:
                     self._reply(404, "not found")
 
+            def do_POST(self):  # the name http.server calls
+                if self.path.split("?")[0] != "/pause":
+                    self._reply(404, "not found")
+                elif endpoints.server is None:
+                    self._reply(503, "loading the split")
+                else:
+                    endpoints.server.pause()
+                    self._reply(200, json.dumps(endpoints.status()), "application/json")
+
             def _reply(self, code: int, body: str, kind: str = "text/plain") -> None:
                 data = body.encode()
                 self.send_response(code)
@@ -92,7 +102,8 @@ class Endpoints:
         if server is None:
             return {"ready": False, "error": self.failure}
         status = dataclasses.asdict(server.status)
-        status.update(ready=server.producer.connected.is_set(), samples_delivered=server.samples_delivered(),
+        status.update(ready=server.producer.connected.is_set(), paused=server.paused.is_set(),
+                      samples_delivered=server.samples_delivered(),
                       corrupt=server.corrupt(), missing=server.missing(), position=server.position,
                       uptime_s=round(time.monotonic() - status.pop("started"), 3))
         return status

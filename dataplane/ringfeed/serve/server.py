@@ -175,10 +175,13 @@ class FeedStatus:
 class FeedServer:
     """Serves one trainer at a time on the feed directory's socket (a new connection replaces the previous one)."""
 
-    def __init__(self, source: LoaderSource, loader: Loader, directory: Path, epochs: int):
+    def __init__(self, source: LoaderSource, loader: Loader, directory: Path, epochs: int,
+                 kept_positions: Path | None = None):
         self.source, self.loader, self.directory, self.epochs = source, loader, directory, epochs
         self.slots = Slots(directory, loader.options.prefetch + 1)
-        self.position = self._saved_position() or loader.state_dict()
+        self.paused = threading.Event()
+        self._handing = threading.Lock()  # held while a batch is handed out: a pause waits for it
+        self.position = (self._saved_position() or self._kept_position(kept_positions) or loader.state_dict())
         self.status = FeedStatus(rank=loader.options.rank, world_size=loader.options.world_size, epochs=epochs,
                                  samples_per_epoch=loader.plan.rank_samples(0))
         self._record_position(self.position)
@@ -199,6 +202,26 @@ class FeedServer:
         except (ValueError, KeyError, RingfeedError) as error:
             log.warning("ignoring %s: %s", path, error)
             return None
+
+    def _kept_position(self, path: Path | None) -> dict | None:
+        """This rank's position kept by the operator over a suspension (a JSON object of states by rank, from the
+        Pod's annotation); None when there is none."""
+        if path is None or not path.exists() or not path.read_text().strip():
+            return None
+        try:
+            state = json.loads(path.read_text()).get(str(self.loader.options.rank))
+            if state is not None:
+                self.loader.load_state_dict(state)
+            return state
+        except (ValueError, KeyError, AttributeError, RingfeedError) as error:
+            log.warning("ignoring the kept positions in %s: %s", path, error)
+            return None
+
+    def pause(self) -> dict:
+        """Hand out no more batches (the TrainingJob is being suspended); → the position after the last one."""
+        self.paused.set()
+        with self._handing:
+            return dict(self.position)
 
     def _save_position(self, state: dict) -> None:
         path = self.directory / STATE_FILE
@@ -303,6 +326,13 @@ class FeedServer:
                 "done": self.position["epoch"] >= self.epochs}
 
     def _next(self, release: str | None) -> dict:
+        while True:
+            with self._handing:
+                if not self.paused.is_set():
+                    return self._hand_out(release)
+            time.sleep(POLL_S)  # paused: the trainer waits until its Pod is stopped
+
+    def _hand_out(self, release: str | None) -> dict:
         if self.held is not None and self.held.slot == release:
             self.slots.give_back(self.held.slot)
             self._save_position(self.held.state_after)

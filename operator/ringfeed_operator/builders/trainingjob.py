@@ -9,6 +9,7 @@ Pod mounts no ServiceAccount token unless the template asks for one.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from ringfeed_client.protocol import FEED_DIR_ENV
@@ -23,6 +24,11 @@ FEED_DIR = "/var/run/ringfeed"
 SIDECAR_PORT = 8477
 MASTER_PORT = 29500
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+# The ranks' positions kept over a suspension: set on the Job's Pod template by the operator when it resumes the
+# Job, read by each sidecar from a downward API file.
+POSITIONS_ANNOTATION = "ringfeed.io/positions"
+POSITIONS_VOLUME = "ringfeed-positions"
+POSITIONS_DIR = "/etc/ringfeed/positions"
 # The sidecar holds the prefetched batches (prefetch + 1 slots) in the feed directory's memory, which counts
 # against the Pod's memory; the chart's `jobs.resources.sidecar` sets the default.
 DEFAULT_RESTART_POLICY = "OnFailure"  # a killed trainer restarts in place: the feed directory and position stay
@@ -39,7 +45,7 @@ def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> lis
         f"--remainder={loader.get('remainder', 'pad')}", f"--prefetch={loader.get('prefetch', 2)}",
         f"--concurrency={loader.get('concurrency', 64)}", f"--decode-threads={loader.get('decodeThreads', 0)}",
         f"--missing={loader.get('missing', 'raise')}", f"--consistency={loader.get('consistency', 'ONE')}",
-        f"--feed-dir={FEED_DIR}", f"--http-port={SIDECAR_PORT}",
+        f"--feed-dir={FEED_DIR}", f"--http-port={SIDECAR_PORT}", f"--kept-positions={POSITIONS_DIR}/positions",
     ]
     if not loader.get("shuffle", True):
         arguments.append("--no-shuffle")
@@ -93,10 +99,14 @@ def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int,
         container["env"] = [*rank_env, *(container.get("env") or [])]
         container["volumeMounts"] = [*(container.get("volumeMounts") or []), feed_mount]
     tls_volumes, tls_mounts = ring_volumes(storage)
-    sidecar = _sidecar(spec, catalog, split_version, storage, rank_env, [feed_mount, *tls_mounts], config)
+    positions_mount = {"name": POSITIONS_VOLUME, "mountPath": POSITIONS_DIR, "readOnly": True}
+    sidecar = _sidecar(spec, catalog, split_version, storage, rank_env, [feed_mount, positions_mount, *tls_mounts],
+                       config)
     pod["initContainers"] = [sidecar, *(pod.get("initContainers") or [])]
+    positions = {"name": POSITIONS_VOLUME, "downwardAPI": {"items": [
+        {"path": "positions", "fieldRef": {"fieldPath": f"metadata.annotations['{POSITIONS_ANNOTATION}']"}}]}}
     pod["volumes"] = [*(pod.get("volumes") or []), {"name": FEED_VOLUME, "emptyDir": {"medium": "Memory"}},
-                      *tls_volumes]
+                      positions, *tls_volumes]
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed", "completions": replicas, "parallelism": replicas,
         "backoffLimit": config.backoff_limit * replicas, "suspend": bool(spec.get("suspend", False)),
@@ -159,7 +169,7 @@ def rank_progress(previous: list[dict], reports: dict[int, dict]) -> list[dict]:
             "rank": rank, "epoch": report["epoch"], "offset": report["offset"],
             "samplesDelivered": report["samples_delivered"], "corrupt": report["corrupt"],
             "missing": report["missing"], "trainerWaitSeconds": round(report["trainer_wait_s"], 3),
-            "done": report["done"],
+            "done": report["done"], "position": report["position"],
         }
     return [ranks[rank] for rank in sorted(ranks)]
 
@@ -183,3 +193,10 @@ def phase(job_state: str, suspended: bool, running: int) -> str:
     if suspended:
         return "Suspended"
     return "Running" if running else "Pending"
+
+
+def resume_patch(ranks: list[dict]) -> dict:
+    """The Job patch that resumes it, each rank's sidecar starting from the position kept for it."""
+    positions = {str(item["rank"]): item["position"] for item in ranks if item.get("position")}
+    annotations = {POSITIONS_ANNOTATION: json.dumps(positions, separators=(",", ":"), sort_keys=True)}
+    return {"spec": {"suspend": False, "template": {"metadata": {"annotations": annotations}}}}

@@ -18,6 +18,7 @@ from ringfeed_operator.builders.trainingjob import (
     rank_of,
     rank_progress,
     rendezvous_service,
+    resume_patch,
     summary,
 )
 from ringfeed_operator.context import Context
@@ -71,15 +72,29 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         event(body, "Started", f"Job {name}: {spec.get('replicas', 1)} rank(s) on Split {split_name} part {part} "
               f"(version {computed['version']}), {spec.get('epochs', 1)} epoch(s)")
     elif existing is not None and bool(existing["spec"].get("suspend")) != suspended:
-        memo.kube.set_job_suspended(namespace, name, suspended)
-        event(body, "Suspended" if suspended else "Resumed",
-              "ranks stopped; each keeps its position" if suspended else "ranks start again where they stopped")
+        if suspended:
+            _suspend(name, namespace, status, body, memo, patch)
+        else:
+            memo.kube.patch_job(namespace, name, resume_patch(status.get("ranks") or []))
+            event(body, "Resumed", "ranks start again from their kept positions")
     patch.status.update(jobName=name, splitVersion=computed["version"])
     if not status.get("phase"):
         patch.status["phase"] = "Pending"
         conditions.set("Ready", False, "Starting", f"starting {spec.get('replicas', 1)} rank(s)")
         patch.status["conditions"] = conditions.as_list()
     patch.status["observedGeneration"] = generation
+
+
+def _suspend(name: str, namespace: str, status: dict, body: dict, memo: Context, patch: kopf.Patch) -> None:
+    """Stop the sidecars handing out batches, keep their final positions, then stop the Pods."""
+    pods = memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}")
+    reports = {rank: report for pod in pods
+               if (rank := rank_of(pod)) is not None and (report := feed_status(pod, pause=True)) is not None}
+    ranks = rank_progress(status.get("ranks") or [], reports)
+    patch.status["ranks"] = ranks
+    memo.kube.patch_job(namespace, name, {"spec": {"suspend": True}})
+    event(body, "Suspended", "ranks stopped at " + (", ".join(f"rank {r['rank']} epoch {r['epoch']} offset "
+                                                               f"{r['offset']}" for r in ranks) or "the start"))
 
 
 def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,

@@ -1,0 +1,229 @@
+"""TrainingJob on the real local cluster: two ranks of a real PyTorch trainer (images/trainer) fed by the injected
+loader sidecar from a real Cassandra node, through the Pod network; restarts of a trainer and of a sidecar
+mid-epoch; credentials kept from the trainer; refusals; suspend and resume.
+
+The chart, the ring (the node IP's Cassandra node) and the samples are conftest's module fixtures, made again for
+this module; this module creates the Dataset and Split it trains on.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from ringfeed.splits import load_split
+
+from kubecluster import GROUP, VERSION, Cluster
+from test_operator import condition, create, dataset_manifest, events, get, wait_ready
+
+DATASET, SPLIT = "tj-slides", "tj-by-patient"
+PASSWORD = "tj-e2e-password-5c1f"  # a value nothing but the sidecar may ever see
+TRAINER, SIDECAR = "trainer", "ringfeed-loader"
+
+
+@pytest.fixture(scope="module")
+def split(cluster: Cluster, ns: str, ring, store, source) -> dict:
+    cluster.kubectl("create", "secret", "generic", "ring-credentials", "-n", ns, "--from-literal=username=cassandra",
+                    f"--from-literal=password={PASSWORD}")
+    create(cluster, ns, "datasets", dataset_manifest(DATASET, ring, source))
+    wait_ready(cluster, ns, "datasets", DATASET)
+    create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": SPLIT},
+                                   "spec": {"dataset": DATASET, "ratios": [3, 1], "names": ["train", "val"],
+                                            "groupBy": ["patient_id"], "seed": 3}})
+    return wait_ready(cluster, ns, "splits", SPLIT)
+
+
+def trainingjob(name: str, replicas: int = 2, epochs: int = 2, step_delay_s: float = 0.0, **spec) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
+        "spec": {
+            "split": {"name": SPLIT, "part": "train"}, "replicas": replicas, "epochs": epochs,
+            "loader": {"batchSize": 4, "seed": 7, "remainder": "uneven",
+                       "decode": {"mode": "image", "width": 32, "height": 32}},
+            "template": {"spec": {
+                "containers": [{
+                    "name": TRAINER, "image": Cluster.image("trainer"), "imagePullPolicy": "Never",
+                    "env": [{"name": "STEP_DELAY_S", "value": str(step_delay_s)}],
+                    "volumeMounts": [{"name": "checkpoint", "mountPath": "/checkpoint"}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                }],
+                "volumes": [{"name": "checkpoint", "emptyDir": {}}],
+            }},
+            **spec,
+        },
+    }
+
+
+def rank_pods(cluster: Cluster, ns: str, name: str) -> dict[int, object]:
+    pods = cluster.core.list_namespaced_pod(ns, label_selector=f"ringfeed.io/trainingjob={name}").items
+    return {int(p.metadata.annotations["batch.kubernetes.io/job-completion-index"]): p for p in pods
+            if not p.metadata.deletion_timestamp}
+
+
+def sidecar_report(pod) -> dict | None:
+    if not pod.status.pod_ip:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{pod.status.pod_ip}:8477/status", timeout=2) as reply:
+            return json.loads(reply.read())
+    except OSError:
+        return None
+
+
+def wait_served(cluster: Cluster, ns: str, name: str, rank: int, batches: int) -> object:
+    """Rank's Pod once its sidecar has handed out at least `batches` batches (since the sidecar started)."""
+    def served():
+        pod = rank_pods(cluster, ns, name).get(rank)
+        report = sidecar_report(pod) if pod else None
+        return pod if report and report.get("batches_served", 0) >= batches else None
+    return cluster.wait(f"rank {rank} of {name} to be handed {batches} batches", served, timeout_s=240)
+
+
+def wait_phase(cluster: Cluster, ns: str, name: str, phase: str, timeout_s: float = 300) -> dict:
+    def reached():
+        obj = get(cluster, ns, "trainingjobs", name)
+        current = ((obj or {}).get("status") or {}).get("phase")
+        if current == "Failed" and phase != "Failed":
+            raise AssertionError(f"trainingjob {name} failed: {condition(obj, 'Failed')}")
+        return obj if current == phase else None
+    return cluster.wait(f"trainingjob {name} {phase}", reached, timeout_s)
+
+
+def trained_by_rank(cluster: Cluster, ns: str, name: str) -> dict[int, dict]:
+    """The JSON line each rank's trainer printed last: the UUIDs it trained on per epoch."""
+    result = {}
+    for rank, pod in rank_pods(cluster, ns, name).items():
+        log = cluster.core.read_namespaced_pod_log(pod.metadata.name, ns, container=TRAINER)
+        result[rank] = json.loads(log.strip().splitlines()[-1])
+    return result
+
+
+def test_two_ranks_train_every_sample_once_per_epoch_through_a_trainer_and_a_sidecar_restart(
+        cluster: Cluster, ns: str, split: dict, store):
+    create(cluster, ns, "trainingjobs", trainingjob("resnet-mini", step_delay_s=1.0))
+    # Rank 0's trainer dies mid-epoch (after checkpoints): it restarts in its Pod from its last checkpoint.
+    pod = wait_served(cluster, ns, "resnet-mini", 0, batches=3)
+    check_no_credentials_reach_the_trainer(cluster, ns, pod)
+    cluster.kill_container(ns, pod.metadata.name, TRAINER)
+    # Rank 1's sidecar dies mid-epoch: it restarts and goes on from where its trainer stands.
+    pod = wait_served(cluster, ns, "resnet-mini", 1, batches=4)
+    cluster.kill_container(ns, pod.metadata.name, SIDECAR)
+    job = wait_phase(cluster, ns, "resnet-mini", "Succeeded", timeout_s=420)
+
+    train = sorted(u.tobytes().hex() for u in load_split(store, DATASET.replace("-", "_"), SPLIT).uuids("train"))
+    runs = trained_by_rank(cluster, ns, "resnet-mini")
+    assert sorted(runs) == [0, 1] and all(run["world_size"] == 2 for run in runs.values())
+    for epoch in ("0", "1"):
+        delivered = [u for run in runs.values() for u in run["trained"][epoch]]
+        assert sorted(delivered) == train, f"epoch {epoch}: not every sample exactly once"
+    pods = rank_pods(cluster, ns, "resnet-mini")
+    trainer_restarts = next(s.restart_count for s in pods[0].status.container_statuses if s.name == TRAINER)
+    sidecar_restarts = next(s.restart_count for s in pods[1].status.init_container_statuses if s.name == SIDECAR)
+    assert trainer_restarts >= 1 and sidecar_restarts >= 1
+    status = job["status"]
+    assert condition(job, "Succeeded")["status"] == "True" and status["completionTime"]
+    assert status["splitVersion"] == split["status"]["version"]
+    assert status["samplesDelivered"] == 2 * len(train) and status["epoch"] == 2
+    assert [r["rank"] for r in status["ranks"]] == [0, 1] and all(r["done"] for r in status["ranks"])
+    assert {"Started", "Running", "Succeeded"} <= {e.reason for e in events(cluster, ns, "resnet-mini")}
+    header, row = cluster.kubectl("get", "trainingjobs", "resnet-mini", "-n", ns).stdout.splitlines()[:2]
+    assert header.split()[:4] == ["NAME", "PHASE", "READY", "SPLIT"]
+    assert row.split()[:2] == ["resnet-mini", "Succeeded"]
+    # The rendezvous Service and the Job belong to the TrainingJob.
+    service = cluster.core.read_namespaced_service("resnet-mini", ns)
+    assert service.spec.cluster_ip == "None" and service.metadata.owner_references[0].kind == "TrainingJob"
+
+
+def check_no_credentials_reach_the_trainer(cluster: Cluster, ns: str, pod) -> None:
+    """Nothing in the trainer's environment, volumes, mounts or files holds the ring's password or a token."""
+    trainer = next(c for c in pod.spec.containers if c.name == TRAINER)
+    assert not any(e.value_from and e.value_from.secret_key_ref for e in trainer.env or [])
+    secret_volumes = {v.name for v in pod.spec.volumes if v.secret or v.projected}
+    assert not secret_volumes & {m.name for m in trainer.volume_mounts or []}
+    assert pod.spec.automount_service_account_token is False
+
+    def trainer_exec(*command: str) -> str:
+        return cluster.kubectl("exec", pod.metadata.name, "-n", ns, "-c", TRAINER, "--", *command).stdout
+
+    environment = trainer_exec("cat", "/proc/self/environ")
+    assert PASSWORD not in environment and "RINGFEED_PASSWORD" not in environment
+    mounts = trainer_exec("cat", "/proc/self/mounts")
+    assert "serviceaccount" not in mounts and "/etc/ringfeed" not in mounts
+    found = cluster.kubectl("exec", pod.metadata.name, "-n", ns, "-c", TRAINER, "--", "grep", "-rIl",
+                            "--exclude-dir=proc", "--exclude-dir=sys", "--exclude-dir=usr", "--exclude-dir=opt",
+                            "-e", PASSWORD, "/", check=False)
+    assert found.returncode == 1 and not found.stdout, f"the password is readable in: {found.stdout}"
+    # The trainer image holds no Cassandra client of any kind.
+    modules = trainer_exec("python", "-c", "import importlib.util as u; print(u.find_spec('cassandra'), "
+                                           "u.find_spec('ringfeed'))")
+    assert modules.split() == ["None", "None"]
+
+
+def test_a_missing_part_is_refused_and_a_missing_split_is_waited_for(cluster: Cluster, ns: str, split: dict):
+    body = trainingjob("wrong-part")
+    body["spec"]["split"]["part"] = "holdout"
+    create(cluster, ns, "trainingjobs", body)
+
+    def refused():
+        found = condition(get(cluster, ns, "trainingjobs", "wrong-part"), "Ready")
+        return found if found.get("reason") == "PartNotFound" else None
+    ready = cluster.wait("wrong-part refused", refused, timeout_s=60)
+    assert ready["status"] == "False" and "no part 'holdout' (its parts: train, val)" in ready["message"]
+    assert not cluster.batch.list_namespaced_job(ns, label_selector="ringfeed.io/trainingjob=wrong-part").items
+
+    body = trainingjob("early")
+    body["spec"]["split"]["name"] = "not-yet"
+    create(cluster, ns, "trainingjobs", body)
+
+    def waiting():
+        found = condition(get(cluster, ns, "trainingjobs", "early"), "Ready")
+        return found if found.get("reason") == "SplitNotFound" else None
+    assert "Split not-yet does not exist" in cluster.wait("early waiting", waiting, timeout_s=60)["message"]
+
+
+def test_the_api_server_refuses_changes_and_bad_names(cluster: Cluster, ns: str, split: dict):
+    create(cluster, ns, "trainingjobs", trainingjob("fixed", suspend=True))
+    for patch, field in (({"spec": {"replicas": 3}}, "replicas"), ({"spec": {"loader": {"batchSize": 8}}}, "loader")):
+        with pytest.raises(ApiException) as refused:
+            cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "fixed", patch)
+        assert "only spec.suspend can change" in refused.value.body, field
+    body = trainingjob("x" * 53)
+    with pytest.raises(ApiException) as refused:
+        create(cluster, ns, "trainingjobs", body)
+    assert "at most 52 characters" in refused.value.body
+    body = trainingjob("always")
+    body["spec"]["template"]["spec"]["restartPolicy"] = "Always"
+    with pytest.raises(ApiException) as refused:
+        create(cluster, ns, "trainingjobs", body)
+    assert 'supported values: "OnFailure", "Never"' in refused.value.body
+
+
+def test_suspend_stops_the_ranks_and_resume_continues_from_their_positions(cluster: Cluster, ns: str, split: dict):
+    create(cluster, ns, "trainingjobs", trainingjob("pausable", epochs=1, step_delay_s=1.0, suspend=True))
+    wait_phase(cluster, ns, "pausable", "Suspended", timeout_s=60)
+    assert not rank_pods(cluster, ns, "pausable")
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pausable",
+                                                  {"spec": {"suspend": False}})
+    wait_served(cluster, ns, "pausable", 0, batches=3)
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pausable",
+                                                  {"spec": {"suspend": True}})
+    suspended = wait_phase(cluster, ns, "pausable", "Suspended", timeout_s=60)
+    kept = {r["rank"]: r for r in suspended["status"]["ranks"]}
+    assert kept[0]["offset"] > 0
+    cluster.wait("the ranks' Pods gone", lambda: not rank_pods(cluster, ns, "pausable"), timeout_s=90)
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pausable",
+                                                  {"spec": {"suspend": False}})
+
+    def resumed_position():
+        pod = rank_pods(cluster, ns, "pausable").get(0)
+        report = sidecar_report(pod) if pod else None
+        return report if report and report.get("ready") else None
+    report = cluster.wait("rank 0 fed again", resumed_position, timeout_s=120)
+    # The new sidecar started at the kept position: what it served since is exactly the rest of the epoch.
+    assert (report["epoch"], report["offset"]) >= (kept[0]["epoch"], kept[0]["offset"])
+    done = wait_phase(cluster, ns, "pausable", "Succeeded", timeout_s=300)
+    assert done["status"]["samplesDelivered"] == split["status"]["parts"][0]["samples"]
+    assert {"Suspended", "Resumed"} <= {e.reason for e in events(cluster, ns, "pausable")}
