@@ -120,12 +120,16 @@ lint-shell: ## shellcheck -S warning on every tracked shell script
 	@command -v shellcheck >/dev/null || { echo "error: shellcheck is required (Debian: apt-get install shellcheck)" >&2; exit 1; }
 	shellcheck -S warning $(SHELL_SCRIPTS)
 
-test: deps k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
+test: deps test-rust k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	$(PY) -m pytest client/tests dataplane/tests operator/tests
 	$(MAKE) --no-print-directory test-e2e
 
-test-unit: deps ## Unit tests only (no servers, seconds)
+test-unit: deps test-rust ## Unit tests only (no servers, seconds)
 	$(PY) -m pytest client/tests dataplane/tests/unit operator/tests
+
+# The tests touch no Python object, so the test binary links without libpython.
+test-rust: ## cargo test: the native extension's pure parts (decoding, batch assembly, request grouping, retry, ...)
+	cargo test --quiet --manifest-path dataplane/native/Cargo.toml
 
 test-integration: deps ## Data-plane tests against real Cassandra nodes on loopback
 	$(PY) -m pytest dataplane/tests/integration
@@ -150,4 +154,4 @@ bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorith
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target .cache/images
 
-.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-integration test-e2e bench-ingest bench-loader bench-split clean
+.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split clean

@@ -362,3 +362,42 @@ fn native_type_name(native: &NativeType) -> &'static str {
         _ => "unknown",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cql_type_names_are_spelled_as_in_cql() {
+        let text = ColumnType::Native(NativeType::Text);
+        let list = ColumnType::Collection {
+            frozen: true,
+            typ: CollectionType::List(Box::new(text.clone())),
+        };
+        let map = ColumnType::Collection {
+            frozen: false,
+            typ: CollectionType::Map(Box::new(text.clone()), Box::new(ColumnType::Native(NativeType::Int))),
+        };
+        assert_eq!(cql_type_name(&ColumnType::Native(NativeType::BigInt)), "bigint");
+        assert_eq!(cql_type_name(&list), "frozen<list<text>>");
+        assert_eq!(cql_type_name(&map), "map<text, int>");
+        assert_eq!(cql_type_name(&ColumnType::Tuple(vec![text, ColumnType::Native(NativeType::Uuid)])), "tuple<text, uuid>");
+        let vector = ColumnType::Vector { typ: Box::new(ColumnType::Native(NativeType::Float)), dimensions: 3 };
+        assert_eq!(cql_type_name(&vector), "vector<float, 3>");
+    }
+
+    #[test]
+    fn bind_markers_convert_by_their_cql_type() {
+        assert!(matches!(BindMarker::new("id", &ColumnType::Native(NativeType::Timeuuid)).kind, ValueKind::Timeuuid));
+        assert!(matches!(BindMarker::new("d", &ColumnType::Native(NativeType::Date)).kind, ValueKind::Unsupported));
+    }
+
+    #[test]
+    fn payload_sizes_are_those_of_the_cql_encoding() {
+        assert_eq!(payload_size(&CqlValue::Blob(vec![0; 20_000])), 20_000);
+        assert_eq!(payload_size(&CqlValue::Text("héllo".into())), 6);
+        assert_eq!(payload_size(&CqlValue::BigInt(1)), 8);
+        assert_eq!(payload_size(&CqlValue::Uuid(Uuid::nil())), 16);
+        assert_eq!(payload_size(&CqlValue::Boolean(true)), 1);
+    }
+}

@@ -1,6 +1,8 @@
 //! What Python sees when the ring fails: one exception class per kind of failure, so that `ringfeed.errors` turns
 //! each into the user-facing error in one place, without reading messages.
 
+use std::fmt::Display;
+
 use pyo3::create_exception;
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError};
 use pyo3::prelude::*;
@@ -95,6 +97,14 @@ impl From<Failure> for PyErr {
     fn from(failure: Failure) -> Self {
         failure.into_py()
     }
+}
+
+/// An error message on one line (some driver messages span several).
+pub(crate) fn one_line(err: impl Display) -> String {
+    err.to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 pub(crate) fn execution_kind(err: &ExecutionError) -> Kind {
@@ -194,5 +204,30 @@ fn db_kind(err: &DbError) -> Kind {
             Kind::Rejected
         }
         _ => Kind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_joins_a_message_spanning_lines() {
+        assert_eq!(one_line("cannot connect:\n  node 1:\tdown "), "cannot connect: node 1: down");
+    }
+
+    #[test]
+    fn database_errors_map_to_the_kinds_python_sees() {
+        let cases = [
+            (DbError::Overloaded, Kind::Timeout),
+            (DbError::IsBootstrapping, Kind::Unreachable),
+            (DbError::Unauthorized, Kind::AuthenticationFailed),
+            (DbError::Invalid, Kind::Rejected),
+            (DbError::TruncateError, Kind::Other),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(db_kind(&error), kind, "{error:?}");
+        }
+        assert_eq!(execution_kind(&ExecutionError::EmptyPlan), Kind::Unreachable);
     }
 }

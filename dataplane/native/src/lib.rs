@@ -1,15 +1,18 @@
 //! `ringfeed._native`: Ringfeed's data path in Rust (the scylla driver on a tokio runtime).
 //!
-//! `session` connects and prepares, `convert` turns Python values into CQL values,
-//! `writer` is the bulk ingest path, `scan` reads whole columns by token range,
-//! `fetch` reads and decodes the loader's batches, `retry` is the policy they share, `errors` turns failures into
-//! Python exceptions by kind, `lifecycle` stops every native thread before the interpreter exits.
+//! `client` is the connection every data path shares (runtime, session, prepared statements, retry policy);
+//! `session` is the Python class that opens the data paths: `writer` (bulk ingest, values converted by `convert`),
+//! `scan` (whole columns by token range) and `fetch` (the loader's batches, put together by `decode` into
+//! `buffer`s). `errors` turns failures into Python exceptions by kind, `lifecycle` stops every native thread before
+//! the interpreter exits.
 
+mod buffer;
+mod client;
 mod convert;
+mod decode;
 mod errors;
 mod fetch;
 mod lifecycle;
-mod retry;
 mod scan;
 mod session;
 mod writer;
@@ -19,12 +22,12 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<session::Session>()?;
-    module.add_class::<session::PreparedStatement>()?;
+    module.add_class::<client::PreparedStatement>()?;
     module.add_class::<writer::BulkWriter>()?;
     module.add_class::<fetch::Fetcher>()?;
     module.add_class::<fetch::FetchedBatch>()?;
-    module.add_class::<fetch::Buffer>()?;
-    module.add_function(wrap_pyfunction!(fetch::decode_image_py, module)?)?;
+    module.add_class::<buffer::Buffer>()?;
+    module.add_function(wrap_pyfunction!(decode::decode_image_py, module)?)?;
     errors::register(module)?;
     let close_all = wrap_pyfunction!(lifecycle::close_all_at_exit, module)?;
     module.add_function(close_all.clone())?;

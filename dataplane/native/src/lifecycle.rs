@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::fetch::DecoderPool;
-use crate::session::Client;
+use crate::client::Client;
+use crate::decode::DecoderPool;
 
 /// How long the exit hook waits for Python threads to leave their native waits (each wakes every 100 ms).
 const DRAIN_WAIT: Duration = Duration::from_secs(5);

@@ -20,9 +20,10 @@ use scylla::frame::response::result::{ColumnType, NativeType};
 use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use scylla::value::{CqlValue, Row};
 
-use crate::errors::{Failure, Kind, next_page_kind, prepare_kind};
-use crate::retry::with_backoff;
-use crate::session::{Client, one_line};
+use crate::buffer::le_bytes;
+use crate::client::Client;
+use crate::client::retry::with_backoff;
+use crate::errors::{Failure, Kind, next_page_kind, one_line, prepare_kind};
 
 /// What to read and how hard to push.
 pub(crate) struct ScanRequest {
@@ -43,7 +44,7 @@ pub(crate) fn scan<'py>(
     request: ScanRequest,
     progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    request.validate()?;
+    request.check().map_err(PyValueError::new_err)?;
     let token = format!("token({})", request.partition_key.join(", "));
     let cql = format!(
         "SELECT {} FROM {}.{} WHERE {token} >= ? AND {token} <= ?",
@@ -51,11 +52,7 @@ pub(crate) fn scan<'py>(
         request.keyspace,
         request.table
     );
-    let mut statement = client
-        .block_on(py, client.session.prepare(cql.as_str()))?
-        .map_err(|err| {
-            Failure::new(prepare_kind(&err), format!("cannot prepare {cql:?}: {}", one_line(&err)))
-        })?;
+    let mut statement = client.prepare(py, &cql)?;
     statement.set_page_size(request.page_size);
     let kinds = statement
         .get_current_result_set_col_specs()
@@ -102,16 +99,13 @@ pub(crate) fn scan<'py>(
 }
 
 impl ScanRequest {
-    fn validate(&self) -> PyResult<()> {
+    /// Why the request cannot be read, if it cannot.
+    fn check(&self) -> Result<(), String> {
         if self.slices == 0 || self.concurrency == 0 || self.page_size <= 0 {
-            return Err(PyValueError::new_err(
-                "slices, concurrency and page_size must be positive",
-            ));
+            return Err("slices, concurrency and page_size must be positive".to_string());
         }
         if self.partition_key.is_empty() || self.columns.is_empty() {
-            return Err(PyValueError::new_err(
-                "partition_key and columns must not be empty",
-            ));
+            return Err("partition_key and columns must not be empty".to_string());
         }
         let names = [&self.keyspace, &self.table]
             .into_iter()
@@ -122,9 +116,7 @@ impl ScanRequest {
             let plain = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
                 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !plain {
-                return Err(PyValueError::new_err(format!(
-                    "{name:?} is not a plain CQL identifier"
-                )));
+                return Err(format!("{name:?} is not a plain CQL identifier"));
             }
         }
         Ok(())
@@ -470,6 +462,66 @@ fn intern(values: &mut Vec<String>, index: &mut HashMap<String, i32>, value: Str
     code
 }
 
-fn le_bytes<T: Copy, const N: usize>(values: &[T], to_bytes: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    values.iter().flat_map(|&v| to_bytes(v)).collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_slices_cover_the_ring_exactly_once_in_order() {
+        for count in [1, 3, 256] {
+            let slices = token_slices(count);
+            assert_eq!(slices.len(), count as usize);
+            assert_eq!(slices[0].0, i64::MIN);
+            assert_eq!(slices.last().expect("one at least").1, i64::MAX);
+            for pair in slices.windows(2) {
+                assert_eq!(pair[0].1.checked_add(1), Some(pair[1].0), "adjacent, disjoint");
+            }
+        }
+    }
+
+    #[test]
+    fn text_columns_are_dictionary_encoded_across_appended_slices() {
+        let mut first = Column::new(ColumnKind::Text);
+        for value in [Some("b"), None, Some("a")] {
+            first.push(value.map(|v| CqlValue::Text(v.into()))).expect("text");
+        }
+        let mut second = Column::new(ColumnKind::Text);
+        for value in ["a", "c", "a"] {
+            second.push(Some(CqlValue::Text(value.into()))).expect("text");
+        }
+        first.append(second);
+        let Values::Text { codes, values, .. } = &first.values else { unreachable!() };
+        assert_eq!(values, &["b", "a", "c"]);
+        assert_eq!(codes, &[0, -1, 1, 1, 2, 1]);
+        assert_eq!(first.nulls.as_deref(), Some(&[0, 1, 0, 0, 0, 0][..]));
+        assert_eq!(first.len(), 6);
+    }
+
+    #[test]
+    fn integers_widen_to_int64_and_other_values_are_refused() {
+        let mut column = Column::new(ColumnKind::Int64);
+        column.push(Some(CqlValue::SmallInt(-3))).expect("an int");
+        column.push(Some(CqlValue::BigInt(1 << 40))).expect("an int");
+        assert!(column.push(Some(CqlValue::Text("x".into()))).is_err());
+        let Values::Int64(values) = &column.values else { unreachable!() };
+        assert_eq!(values, &[-3, 1 << 40]);
+        assert!(column.nulls.is_none(), "no null seen: no null mask");
+    }
+
+    #[test]
+    fn only_plain_identifiers_are_accepted() {
+        let request = |table: &str| ScanRequest {
+            keyspace: "ks".into(),
+            table: table.into(),
+            partition_key: vec!["uuid".into()],
+            columns: vec!["label".into()],
+            slices: 4,
+            concurrency: 2,
+            page_size: 100,
+            max_retries: 0,
+        };
+        assert!(request("data_by_uuid").check().is_ok());
+        assert!(request("t; DROP TABLE x").check().is_err());
+        assert!(request("1table").check().is_err());
+    }
 }

@@ -12,9 +12,9 @@ use scylla::statement::prepared::PreparedStatement as ScyllaPrepared;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::convert::{BoundRow, convert_row};
-use crate::errors::{Failure, execution_kind};
-use crate::retry::{is_transient, with_backoff};
-use crate::session::{Client, PreparedStatement, one_line};
+use crate::client::retry::{is_transient, with_backoff};
+use crate::client::{Client, PreparedStatement};
+use crate::errors::{Failure, execution_kind, one_line};
 
 /// Writes rows of prepared INSERTs concurrently; see `flush` for the outcome.
 #[pyclass(module = "ringfeed._native", frozen)]

@@ -66,3 +66,56 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    fn run<T>(future: impl Future<Output = T>) -> T {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a runtime");
+        runtime.block_on(future)
+    }
+
+    #[test]
+    fn timeouts_overload_and_lost_connections_are_transient_rejections_are_not() {
+        let attempt = |error| ExecutionError::LastAttemptError(RequestAttemptError::DbError(error, String::new()));
+        assert!(is_transient(&ExecutionError::RequestTimeout(Duration::from_secs(1))));
+        assert!(is_transient(&ExecutionError::EmptyPlan));
+        assert!(is_transient(&attempt(DbError::Overloaded)));
+        assert!(is_transient(&ExecutionError::LastAttemptError(RequestAttemptError::UnableToAllocStreamId)));
+        assert!(!is_transient(&attempt(DbError::SyntaxError)));
+        assert!(!is_transient(&attempt(DbError::Unauthorized)));
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_base_up_to_the_cap_with_jitter_in_the_upper_half() {
+        for (retry, ceiling) in [(1, BACKOFF_BASE), (2, BACKOFF_BASE * 2), (4, BACKOFF_BASE * 8), (40, BACKOFF_CAP)] {
+            for _ in 0..100 {
+                let wait = backoff(retry);
+                assert!(ceiling / 2 <= wait && wait <= ceiling, "retry {retry}: {wait:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_transient_failure_is_retried_until_it_passes_and_the_retries_are_counted() {
+        let attempts = Cell::new(0);
+        let outcome = run(with_backoff(3, |_: &&str| true, |retry| {
+            attempts.set(attempts.get() + 1);
+            async move { if retry < 2 { Err("timeout") } else { Ok(retry) } }
+        }));
+        assert_eq!(outcome, Ok((2, 2)));
+        assert_eq!(attempts.get(), 3);
+    }
+
+    #[test]
+    fn retries_stop_at_the_limit_and_at_once_on_a_permanent_failure() {
+        let outcome: Result<((), u32), _> = run(with_backoff(2, |_: &&str| true, |_| async { Err("timeout") }));
+        assert_eq!(outcome, Err(("timeout", 2)));
+        let outcome: Result<((), u32), _> =
+            run(with_backoff(5, |err: &&str| *err != "rejected", |_| async { Err("rejected") }));
+        assert_eq!(outcome, Err(("rejected", 0)));
+    }
+}
