@@ -99,7 +99,7 @@ kind-up: wheels k8s-binaries ## (machines with Docker) A kind cluster from e2e/k
 ##@ Test
 
 # lint needs the tools, not a fresh native build: the venv is an order-only prerequisite (`make deps` refreshes it).
-lint: k8s-binaries | $(VENV)/.installed ## Static checks, all run: ruff, mypy (operator), cargo clippy, helm lint, shellcheck
+lint: k8s-binaries | $(VENV)/.installed ## Static checks, all run: ruff, mypy (operator, data plane), cargo clippy, helm lint, shellcheck
 	@$(MAKE) --no-print-directory --keep-going lint-python lint-rust lint-chart lint-shell
 
 lint-python: | $(VENV)/.installed ## ruff on every Python file (ruff.toml), mypy on the typed packages (mypy.ini)

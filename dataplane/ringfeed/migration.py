@@ -76,7 +76,7 @@ def migrate_dataset(store: Store, name: str) -> MigrationSummary:
         store.session.execute(f"DROP TABLE {schema.keyspace}.{MIGRATION_TABLE}")
 
     dataset_id = uuid.uuid4()
-    samples = _scan(session, schema, METADATA_BY_NAT, schema.partition_key(METADATA_BY_NAT), ["uuid"])["uuid"]
+    samples = _scan(session, schema, METADATA_BY_NAT, schema.partition_key(METADATA_BY_NAT), ["uuid"]).array("uuid")
     kept, refused = adopt_splits(store, name, dataset_id, samples)
     summary.splits_kept = [f"{split.name} v{split.version}" for split in kept]
     summary.splits_refused = [(f"{split.name} v{split.version}", why) for split, why in refused]
@@ -106,9 +106,9 @@ def one_row_per_sample(uuids: np.ndarray, labels: np.ndarray, served: dict[bytes
 def _copy_old_table(store: Store, session, schema: DatasetSchema, old_key: list[str]) -> tuple[int, int]:
     """Old ``metadata_by_nat`` → the migration table, one row per sample; returns (old rows, relabelled samples)."""
     table = _scan(session, schema, METADATA_BY_NAT, old_key, schema.metadata_row_columns)
-    uuids = table["uuid"]
+    uuids = table.array("uuid")
     repeated = {u.tobytes() for u, n in zip(*np.unique(uuids, axis=0, return_counts=True), strict=True) if n > 1}
-    keep = one_row_per_sample(uuids, table["label"], _served_labels(store, schema, repeated))
+    keep = one_row_per_sample(uuids, table.array("label"), _served_labels(store, schema, repeated))
     store.session.execute(schema.metadata_by_nat_ddl(MIGRATION_TABLE))
     _write(session, schema, MIGRATION_TABLE, table, keep)
     return len(table), len(repeated)

@@ -121,10 +121,18 @@ class Encoding:
             raise RingfeedError(f"dtype and shape apply only to the raw encoding, not {self.kind}")
 
     @property
+    def tensor(self) -> tuple[str, tuple[int, ...]]:
+        """dtype and shape of a raw sample (validated); RingfeedError for the other encodings."""
+        if self.dtype is None or self.shape is None:
+            raise RingfeedError(f"the {self.kind} encoding has no tensor dtype and shape")
+        return self.dtype, self.shape
+
+    @property
     def raw_nbytes(self) -> int:
         import numpy as np
 
-        return int(np.dtype(self.dtype).itemsize * np.prod(self.shape))
+        dtype, shape = self.tensor
+        return int(np.dtype(dtype).itemsize * np.prod(shape))
 
     @property
     def compressible(self) -> bool:

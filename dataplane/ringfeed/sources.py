@@ -191,7 +191,8 @@ class WebDatasetSource(Source):
     def _samples(self, shard: str, tar: tarfile.TarFile) -> Iterator[SourceSample | Rejection]:
         key, members = None, {}
         for info in tar:
-            if not info.isfile():
+            member = tar.extractfile(info) if info.isfile() else None
+            if member is None:
                 continue
             directory, _, base = info.name.rpartition("/")
             stem, dot, extension = base.partition(".")
@@ -200,7 +201,7 @@ class WebDatasetSource(Source):
                 yield self._sample(shard, key, members)
                 members = {}
             key = member_key
-            members["." + extension.lower() if dot else ""] = tar.extractfile(info).read()
+            members["." + extension.lower() if dot else ""] = member.read()
         if key is not None:
             yield self._sample(shard, key, members)
 

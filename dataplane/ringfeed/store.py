@@ -65,6 +65,16 @@ class SampleRecord:
     ``metadata_by_uuid``."""
 
 
+def _identity(info: DatasetInfo) -> uuid.UUID:
+    """The dataset's identity; DatasetNeedsMigration when it was written before datasets had one."""
+    if info.dataset_id is None:
+        name = info.schema.name
+        raise DatasetNeedsMigration(f"dataset {name!r} was written by an earlier Ringfeed, whose layout counts a "
+                                    "relabelled sample twice: run `ringfeed dataset migrate "
+                                    f"{name}` once (stop its ingests first)")
+    return info.dataset_id
+
+
 class Store:
     """A connection to one ring, and the datasets it holds."""
 
@@ -180,7 +190,7 @@ class Store:
 
     def dataset_id(self, name: str) -> uuid.UUID:
         """The dataset's identity (DatasetNeedsMigration if it has none yet)."""
-        return self._current(name).dataset_id
+        return _identity(self.info(name))
 
     def info(self, name: str) -> DatasetInfo:
         row = self._catalog_row(name)
@@ -200,10 +210,10 @@ class Store:
         A recount (not counters bumped by each ingest) keeps the numbers exact when an ingest is re-run.
         """
         table = self.scan(name, METADATA_BY_NAT, ["label", "sample_bytes"], progress)
-        labels, index = np.unique(table["label"], return_inverse=True)
+        labels, index = np.unique(table.array("label"), return_inverse=True)
         counts = dict(zip(labels.tolist(), np.bincount(index).tolist(), strict=True))
-        sizes = dict(zip(labels.tolist(), np.bincount(index, weights=table["sample_bytes"]).astype(np.int64).tolist(),
-                         strict=True))
+        byte_sums = np.bincount(index, weights=table.array("sample_bytes")).astype(np.int64)
+        sizes = dict(zip(labels.tolist(), byte_sums.tolist(), strict=True))
         self.session.execute(
             f"UPDATE {CATALOG_KEYSPACE}.datasets SET samples = %s, bytes = %s, label_counts = %s, label_bytes = %s, "
             "stats_updated_at = %s WHERE name = %s",
@@ -303,10 +313,7 @@ class Store:
 
     def _current(self, name: str) -> DatasetInfo:
         info = self.info(name)
-        if info.dataset_id is None:
-            raise DatasetNeedsMigration(f"dataset {name!r} was written by an earlier Ringfeed, whose layout counts a "
-                                        "relabelled sample twice: run `ringfeed dataset migrate "
-                                        f"{name}` once (stop its ingests first)")
+        _identity(info)
         return info
 
     def _catalog_columns(self) -> str:

@@ -36,6 +36,8 @@ class TextColumn:
 
 
 Column = np.ndarray | TextColumn
+# The native scan's little-endian buffers by kind (uuid and text are decoded apart).
+SCALAR_DTYPES = {"int64": np.dtype("<i8"), "float64": np.dtype("<f8"), "bool": np.dtype(np.bool_)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +58,13 @@ class ColumnarTable:
 
     def __getitem__(self, name: str) -> Column:
         return self.columns[name]
+
+    def array(self, name: str) -> np.ndarray:
+        """A column that is not text (uuid, numbers, booleans): its numpy array."""
+        column = self.columns[name]
+        if isinstance(column, TextColumn):
+            raise TypeError(f"column {name!r} is text (a TextColumn), not an array")
+        return column
 
     def __contains__(self, name: str) -> bool:
         return name in self.columns
@@ -81,5 +90,5 @@ def _decode(kind: str, data: bytes, dictionary: list[str] | None) -> Column:
     if kind == "uuid":
         return np.frombuffer(data, dtype=np.uint8).reshape(-1, 16)
     if kind == "text":
-        return TextColumn(np.frombuffer(data, dtype="<i4"), tuple(dictionary))
-    return np.frombuffer(data, dtype={"int64": "<i8", "float64": "<f8", "bool": np.bool_}[kind])
+        return TextColumn(np.frombuffer(data, dtype="<i4"), tuple(dictionary or ()))
+    return np.frombuffer(data, dtype=SCALAR_DTYPES[kind])

@@ -83,6 +83,8 @@ class DataLoader(torch.utils.data.DataLoader):
     exact mid-epoch, and moves the dataset to the next epoch when one ends. Batches arrive in the same order
     whatever ``num_workers``; numpy batches become tensors without a copy in the main process."""
 
+    dataset: RingfeedDataset
+
     def __init__(self, dataset: RingfeedDataset, num_workers: int = 0, **kwargs):
         if kwargs.get("persistent_workers"):
             raise RingfeedError("persistent_workers would keep each worker's epoch and position; leave it off")

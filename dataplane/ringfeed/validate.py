@@ -73,9 +73,10 @@ def _raw_payload(data: bytes, encoding: Encoding) -> bytes:
             shape, fortran_order, dtype = read_header(stream)
         except Exception as exc:  # a damaged header raises ValueError, SyntaxError, ...
             raise SampleRejected("corrupt", f"bad .npy header: {str(exc)[:120]}") from None
-        if dtype != np.dtype(encoding.dtype) or tuple(shape) != tuple(encoding.shape):
+        expected_dtype, expected_shape = encoding.tensor
+        if dtype != np.dtype(expected_dtype) or tuple(shape) != expected_shape:
             raise SampleRejected("schema mismatch", f".npy holds {dtype}{list(shape)}, the dataset expects "
-                                 f"{encoding.dtype}{list(encoding.shape)}")
+                                 f"{expected_dtype}{list(expected_shape)}")
         payload = data[stream.tell():]
         if len(payload) != encoding.raw_nbytes:
             raise SampleRejected("corrupt", f"truncated .npy: {len(payload)} of {encoding.raw_nbytes} bytes")
@@ -84,6 +85,7 @@ def _raw_payload(data: bytes, encoding: Encoding) -> bytes:
             payload = np.ascontiguousarray(array).tobytes()
         return payload
     if len(data) != encoding.raw_nbytes:
-        raise SampleRejected("corrupt", f"{len(data)} bytes, a {encoding.dtype}{list(encoding.shape)} tensor "
+        expected_dtype, expected_shape = encoding.tensor
+        raise SampleRejected("corrupt", f"{len(data)} bytes, a {expected_dtype}{list(expected_shape)} tensor "
                              f"has {encoding.raw_nbytes}")
     return data

@@ -23,6 +23,7 @@ from ringfeed.connection import ClusterAddress
 from ringfeed.errors import RingfeedError, SampleNotFound, ring_error, ring_failures
 from ringfeed.loader.options import TENSOR, Decode, LoaderOptions
 from ringfeed.loader.plan import EpochPlan
+from ringfeed.schema import Encoding
 from ringfeed_client.batch import Blobs
 
 log = logging.getLogger("ringfeed.loader")
@@ -58,7 +59,7 @@ class LoaderSource:
     split_id: str
     content_hash: str
     part: str
-    encoding: tuple[str, str | None, tuple[int, ...] | None]
+    encoding: Encoding
     sample_bytes: int = 0
     """Mean stored bytes per sample of the dataset (0: unknown); sizes the first read requests."""
 
@@ -77,7 +78,7 @@ class LoaderSource:
             return cls(address=store.address, keyspace=schema.keyspace, uuids=stored.uuids(part),
                        split=f"{dataset}/{split} v{stored.version}", split_id=str(stored.split_id),
                        content_hash=stored.content_hash, part=part,
-                       encoding=(schema.encoding.kind, schema.encoding.dtype, schema.encoding.shape),
+                       encoding=schema.encoding,
                        sample_bytes=info.bytes // info.samples if info.samples else 0)
         finally:
             if own_store:
@@ -109,7 +110,7 @@ class Loader:
         return loader
 
     def _setup(self, source: LoaderSource, options: LoaderOptions) -> None:
-        kind = source.encoding[0]
+        kind = source.encoding.kind
         if options.decode == TENSOR and kind != "raw":
             raise RingfeedError(f"decode='tensor' needs a dataset with the raw encoding; {source.split} is {kind}")
         if isinstance(options.decode, Decode) and kind == "raw":
@@ -255,14 +256,13 @@ class Loader:
         """The native reader of this process, opened on first use (and again in a forked worker)."""
         if self._fetcher is None or self._fetcher_pid != os.getpid():
             session = self.source.address.native_session(self.options.consistency)
-            _, dtype, shape = self.source.encoding
             decode = self.options.decode
             decoding = {}
             if isinstance(decode, Decode):
                 decoding = dict(image_size=(decode.height, decode.width), channels=decode.channels, crop=decode.crop,
                                 decode_threads=self.options.decode_threads or min(8, os.cpu_count() or 1))
             elif decode == TENSOR:
-                decoding = dict(raw_item_bytes=int(np.dtype(dtype).itemsize * np.prod(shape)))
+                decoding = dict(raw_item_bytes=self.source.encoding.raw_nbytes)
             try:
                 self._fetcher = session.fetcher(self.source.keyspace, concurrency=self.options.concurrency,
                                                 max_retries=self.options.max_retries,
@@ -283,10 +283,11 @@ class Loader:
             self._report_corrupt(batch, fetched.corrupt)
         count = len(positions)
         d = self.options.decode
+        x: np.ndarray | Blobs
         if isinstance(d, Decode):
             x = np.frombuffer(fetched.data, dtype=np.uint8).reshape(count, d.height, d.width, d.channels)
         elif d == TENSOR:
-            _, dtype, shape = self.source.encoding
+            dtype, shape = self.source.encoding.tensor
             x = np.frombuffer(fetched.data, dtype=np.dtype(dtype)).reshape(count, *shape)
         else:
             x = Blobs(np.frombuffer(fetched.data, dtype=np.uint8),

@@ -150,8 +150,8 @@ class LocalRing:
 
     def start_node(self, index: int, timeout_s: float = 300) -> int:
         """Start node ``index`` (creating its config on first start) and wait until it answers CQL."""
-        if self._running(index):
-            return self.pid(index)
+        if (pid := self._running_pid(index)) is not None:
+            return pid
         java = require_java()
         lib = ensure_cassandra_jars()
         node_dir = self._node_dir(index)
@@ -190,8 +190,8 @@ class LocalRing:
 
     def kill_node(self, index: int) -> None:
         """Crash a node (SIGKILL), as a failing machine would."""
-        pid = self.pid(index)
-        if pid and self._running(index):
+        pid = self._running_pid(index)
+        if pid is not None:
             os.kill(pid, signal.SIGKILL)
             _wait_gone(pid, 30)
 
@@ -315,19 +315,23 @@ client_encryption_options:
 
     def _running(self, index: int) -> bool:
         """True when the saved PID is alive AND is this node's JVM (PIDs get reused)."""
+        return self._running_pid(index) is not None
+
+    def _running_pid(self, index: int) -> int | None:
+        """The saved PID when it is alive AND is this node's JVM (PIDs get reused), else None."""
         pid = self.pid(index)
         if pid is None:
-            return False
+            return None
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
-            return False
-        return str(self._node_dir(index) / "conf" / "cassandra.yaml").encode() in cmdline
+            return None
+        return pid if str(self._node_dir(index) / "conf" / "cassandra.yaml").encode() in cmdline else None
 
     def _stop_pid(self, index: int, grace_s: float = 60) -> None:
-        if not self._running(index):
+        pid = self._running_pid(index)
+        if pid is None:
             return
-        pid = self.pid(index)
         os.kill(pid, signal.SIGTERM)
         if not _wait_gone(pid, grace_s):
             os.kill(pid, signal.SIGKILL)

@@ -60,8 +60,8 @@ def compute_split(table: ColumnarTable, spec: SplitSpec, label_names: tuple[str,
     if rows.size == 0:
         raise SplitError(f"the filters ({'; '.join(map(str, spec.filters))}) select none of the "
                          f"{scanned:,} samples")
-    uuids = table["uuid"][rows]
-    classes, cls = np.unique(np.asarray(table["label"])[rows], return_inverse=True)
+    uuids = table.array("uuid")[rows]
+    classes, cls = np.unique(table.array("label")[rows], return_inverse=True)
     class_counts = np.bincount(cls, minlength=len(classes))
     weights = _class_weights(spec.balance, classes, class_counts, label_names)
     names = [name for name, _ in spec.parts]
@@ -95,7 +95,7 @@ def compute_split(table: ColumnarTable, spec: SplitSpec, label_names: tuple[str,
             raise SplitError(_empty_part_message(name, spec, pools[index], classes, weights, label_names))
         parts[name] = _sorted_uuids(uuids[members])
 
-    sizes = np.asarray(table["sample_bytes"])[rows] if "sample_bytes" in table else None
+    sizes = table.array("sample_bytes")[rows] if "sample_bytes" in table else None
     stats = _stats(spec, names, classes, label_names, targets, pools, part, cls, group, chosen, sizes,
                    scanned=scanned, selected=rows.size, groups_total=groups_total, weights=weights,
                    placement=placement, search=search)

@@ -56,12 +56,18 @@ class StoredSplit:
     def samples(self) -> int:
         return sum(self.part_sizes.values())
 
-    def uuids(self, part: str) -> np.ndarray:
+    @property
+    def loaded_parts(self) -> dict[str, np.ndarray]:
+        """``parts``, or RingfeedError for a split that was listed, not loaded."""
         if self.parts is None:
             raise RingfeedError(f"split {self.name!r} was listed, not loaded")
-        if part not in self.parts:
-            raise PartNotFound(f"split {self.name!r} has no part {part!r} (parts: {', '.join(self.parts)})")
-        return self.parts[part]
+        return self.parts
+
+    def uuids(self, part: str) -> np.ndarray:
+        parts = self.loaded_parts
+        if part not in parts:
+            raise PartNotFound(f"split {self.name!r} has no part {part!r} (parts: {', '.join(parts)})")
+        return parts[part]
 
 
 def save_split(store, dataset: str, name: str, spec: SplitSpec, result: SplitResult) -> tuple[StoredSplit, bool]:
@@ -184,7 +190,7 @@ def adopt_splits(store, dataset: str, dataset_id: uuid.UUID, samples: np.ndarray
         if header.dataset_id is not None:
             continue
         try:
-            problem = membership_problem(_with_parts(store, header, verify=True).parts, samples)
+            problem = membership_problem(_with_parts(store, header, verify=True).loaded_parts, samples)
         except RingfeedError as exc:
             problem = str(exc)
         if problem:
@@ -205,14 +211,15 @@ def export_split(split: StoredSplit, path: Path) -> Path:
     meta = json.dumps({"dataset": split.dataset, "dataset_id": str(split.dataset_id), "name": split.name,
                        "version": split.version,
                        "spec": split.spec.to_dict(), "stats": split.stats, "content_hash": split.content_hash,
-                       "parts": list(split.parts)}, sort_keys=True).encode()
+                       "parts": list(split.loaded_parts)}, sort_keys=True).encode()
     if path.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        names = list(split.parts)
-        part_index = np.concatenate([np.full(len(u), i, dtype=np.int32) for i, u in enumerate(split.parts.values())])
-        flat = np.concatenate(list(split.parts.values())).ravel()
+        names = list(split.loaded_parts)
+        part_index = np.concatenate([np.full(len(u), i, dtype=np.int32)
+                                     for i, u in enumerate(split.loaded_parts.values())])
+        flat = np.concatenate(list(split.loaded_parts.values())).ravel()
         table = pa.table({
             "part": pa.DictionaryArray.from_arrays(pa.array(part_index), pa.array(names)),
             "uuid": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), len(part_index),
@@ -220,8 +227,9 @@ def export_split(split: StoredSplit, path: Path) -> Path:
         }).replace_schema_metadata({_FILE_METADATA_KEY: meta})
         pq.write_table(table, path)
     elif path.suffix == ".npz":
-        arrays = {f"part/{name}": uuids for name, uuids in split.parts.items()}
-        np.savez(path, meta=np.frombuffer(meta, dtype=np.uint8), **arrays)
+        arrays = {f"part/{name}": uuids for name, uuids in split.loaded_parts.items()}
+        # numpy's stub types every **array against savez's own allow_pickle: bool keyword.
+        np.savez(path, meta=np.frombuffer(meta, dtype=np.uint8), **arrays)  # type: ignore[arg-type]
     else:
         raise RingfeedError(f"export to {path.name}: use a {' or '.join(FILE_FORMATS)} file")
     return path
