@@ -149,9 +149,15 @@ bench-loader: deps $(REFREADER) ## Loader vs a Rust scylla reader, a Python driv
 bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorithm, and the metadata scan (BAR lines)
 	$(PY) benchmarks/bench_split.py
 
+bench-sidecar: deps ## TrainingJob handoff: loader sidecar + shared memory vs the in-process loader (BAR lines)
+	$(PY) benchmarks/bench_sidecar.py
+
+bench-train: deps ## Training steps/s fed by the sidecar vs the same loop on synthetic batches (BAR lines)
+	$(PY) benchmarks/bench_sidecar.py --train
+
 ##@ Cleanup
 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target .cache/images
 
-.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split clean
+.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train clean
