@@ -16,10 +16,13 @@ from kubernetes.client.exceptions import ApiException
 
 from ringfeed.splits import load_split
 
-from kubecluster import GROUP, VERSION, Cluster
+from kubecluster import GROUP, REPO, VERSION, Cluster
 from test_operator import condition, create, dataset_manifest, events, get, wait_ready
 
 DATASET, SPLIT = "tj-slides", "tj-by-patient"
+# torch's PyPI wheel links its CUDA libraries even on CPU; the example image leaves those 3 GB out and the Pods mount
+# them read-only from this node (the venv's, matching its torch), as a GPU node hands its driver to containers.
+CUDA_LIBRARIES = REPO / ".venv" / "lib" / "python3.11" / "site-packages" / "nvidia"
 PASSWORD = "tj-e2e-password-5c1f"  # a value nothing but the sidecar may ever see
 TRAINER, SIDECAR = "trainer", "ringfeed-loader"
 
@@ -47,10 +50,13 @@ def trainingjob(name: str, replicas: int = 2, epochs: int = 2, step_delay_s: flo
                 "containers": [{
                     "name": TRAINER, "image": Cluster.image("trainer"), "imagePullPolicy": "Never",
                     "env": [{"name": "STEP_DELAY_S", "value": str(step_delay_s)}],
-                    "volumeMounts": [{"name": "checkpoint", "mountPath": "/checkpoint"}],
+                    "volumeMounts": [{"name": "checkpoint", "mountPath": "/checkpoint"},
+                                     {"name": "cuda-libraries", "readOnly": True,
+                                      "mountPath": "/opt/trainer/lib/python3.11/site-packages/nvidia"}],
                     "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
                 }],
-                "volumes": [{"name": "checkpoint", "emptyDir": {}}],
+                "volumes": [{"name": "checkpoint", "emptyDir": {}},
+                            {"name": "cuda-libraries", "hostPath": {"path": str(CUDA_LIBRARIES), "type": "Directory"}}],
             }},
             **spec,
         },
@@ -76,6 +82,8 @@ def sidecar_report(pod) -> dict | None:
 def wait_served(cluster: Cluster, ns: str, name: str, rank: int, batches: int) -> object:
     """Rank's Pod once its sidecar has handed out at least `batches` batches (since the sidecar started)."""
     def served():
+        failed = condition(get(cluster, ns, "trainingjobs", name), "Failed")
+        assert failed.get("status") != "True", f"trainingjob {name} failed: {failed.get('message')}"
         pod = rank_pods(cluster, ns, name).get(rank)
         report = sidecar_report(pod) if pod else None
         return pod if report and report.get("batches_served", 0) >= batches else None

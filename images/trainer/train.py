@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
 from ringfeed_client import Feed
 from ringfeed_client.torch import tensors
 

@@ -48,6 +48,7 @@ def test_ranks_are_an_indexed_job_owned_by_the_trainingjob():
     assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["suspend"]) == ("Indexed", 2, 2,
                                                                                                   False)
     assert job_of(trainingjob(suspend=True))["spec"]["suspend"] is True
+    assert spec["backoffLimit"] == 6 and job_of(trainingjob(backoffLimit=0))["spec"]["backoffLimit"] == 0
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == "resnet-slides" and pod["automountServiceAccountToken"] is False
     assert pod["restartPolicy"] == "Never"  # the sample's own choice is kept

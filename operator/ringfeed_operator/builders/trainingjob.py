@@ -31,6 +31,7 @@ POSITIONS_VOLUME = "ringfeed-positions"
 POSITIONS_DIR = "/etc/ringfeed/positions"
 # The sidecar holds the prefetched batches (prefetch + 1 slots) in the feed directory's memory, which counts
 # against the Pod's memory; the chart's `jobs.resources.sidecar` sets the default.
+DEFAULT_BACKOFF_LIMIT = 6  # a Job's own default
 DEFAULT_RESTART_POLICY = "OnFailure"  # a killed trainer restarts in place: the feed directory and position stay
 
 
@@ -109,7 +110,7 @@ def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int,
                       positions, *tls_volumes]
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed", "completions": replicas, "parallelism": replicas,
-        "backoffLimit": config.backoff_limit * replicas, "suspend": bool(spec.get("suspend", False)),
+        "backoffLimit": spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT), "suspend": bool(spec.get("suspend", False)),
         "template": template,
     }
     return {
