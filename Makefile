@@ -11,8 +11,9 @@ RINGFEED := $(VENV)/bin/ringfeed
 NATIVE_SOURCES := $(shell find dataplane/native/src -name '*.rs' 2>/dev/null) dataplane/native/Cargo.toml dataplane/native/Cargo.lock
 REFWRITER := benchmarks/refwriter/target/release/refwriter
 REFREADER := benchmarks/refreader/target/release/refreader
+WANPROXY := benchmarks/wanproxy/target/release/wanproxy
 HELM := $(CURDIR)/.cache/k8s/bin/helm
-RUST_CRATES := dataplane/native benchmarks/refreader benchmarks/refwriter
+RUST_CRATES := dataplane/native benchmarks/refreader benchmarks/refwriter benchmarks/wanproxy
 # Every tracked shell script: *.sh, and regular files whose first line is a sh or bash shebang (the cluster's stubs).
 SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh') $(shell git ls-files -s | awk '$$1 ~ /^100/ {print $$4}' \
   | xargs ls -d 2>/dev/null \
@@ -63,6 +64,9 @@ $(REFWRITER): $(shell find benchmarks/refwriter/src -name '*.rs') benchmarks/ref
 $(REFREADER): $(shell find benchmarks/refreader/src -name '*.rs') benchmarks/refreader/Cargo.toml
 	cargo build --quiet --release --manifest-path benchmarks/refreader/Cargo.toml
 
+$(WANPROXY): $(shell find benchmarks/wanproxy/src -name '*.rs') benchmarks/wanproxy/Cargo.toml
+	cargo build --quiet --release --manifest-path benchmarks/wanproxy/Cargo.toml
+
 ##@ Run
 
 demo: deps ## Local Cassandra node, a small image set, ingest, a split by patient, two epochs through the loader
@@ -106,7 +110,7 @@ lint-python: | $(VENV)/.installed ## ruff on every Python file (ruff.toml), mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-lint-rust: ## cargo clippy -D warnings on the native extension and the two benchmark crates
+lint-rust: ## cargo clippy -D warnings on the native extension and the benchmark crates
 	@for crate in $(RUST_CRATES); do \
 	  echo "cargo clippy $$crate"; \
 	  cargo clippy --quiet --manifest-path $$crate/Cargo.toml --all-targets -- -D warnings || exit 1; \
@@ -120,7 +124,7 @@ lint-shell: ## shellcheck -S warning on every tracked shell script
 	@command -v shellcheck >/dev/null || { echo "error: shellcheck is required (Debian: apt-get install shellcheck)" >&2; exit 1; }
 	shellcheck -S warning $(SHELL_SCRIPTS)
 
-test: deps test-rust k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
+test: deps test-rust $(WANPROXY) k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	$(PY) -m pytest client/tests dataplane/tests operator/tests
 	$(MAKE) --no-print-directory test-e2e
 
@@ -130,8 +134,9 @@ test-unit: deps test-rust ## Unit tests only (no servers, seconds)
 # The tests touch no Python object, so the test binary links without libpython.
 test-rust: ## cargo test: the native extension's pure parts (decoding, batch assembly, request grouping, retry, ...)
 	cargo test --quiet --manifest-path dataplane/native/Cargo.toml
+	cargo test --quiet --manifest-path benchmarks/wanproxy/Cargo.toml
 
-test-integration: deps ## Data-plane tests against real Cassandra nodes on loopback
+test-integration: deps $(WANPROXY) ## Data-plane tests against real Cassandra nodes on loopback
 	$(PY) -m pytest dataplane/tests/integration
 
 test-e2e: deps k8s-binaries images ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
@@ -146,6 +151,9 @@ bench-ingest: deps $(REFWRITER) ## Ringfeed ingest vs a plain Rust scylla writer
 bench-loader: deps $(REFREADER) ## Loader vs a Rust scylla reader, a Python driver loop, files on disk (BAR lines)
 	$(PY) -X faulthandler benchmarks/bench_loader.py --refreader $(REFREADER)
 
+bench-wan: deps $(WANPROXY) ## The loader's defaults at 0-100 ms of round trip through a latency-only proxy (BAR lines)
+	$(PY) -X faulthandler benchmarks/bench_wan.py --wanproxy $(WANPROXY)
+
 bench-split: deps ## Splits engine on 1.28M and 10M rows vs the paper's algorithm, and the metadata scan (BAR lines)
 	$(PY) benchmarks/bench_split.py
 
@@ -158,6 +166,6 @@ bench-train: deps ## Training steps/s fed by the sidecar vs the same loop on syn
 ##@ Cleanup
 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
-	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target .cache/images
+	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
 .PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train clean

@@ -33,6 +33,20 @@ class WriterStats(TypedDict):
     failed: int
     """Rows that failed after all retries."""
 
+class WindowStats(TypedDict):
+    window_bytes: int
+    """Bytes the window lets be in flight now."""
+    in_flight_bytes: int
+    """Bytes of the requests in flight now (estimated from the mean sample size)."""
+    peak_in_flight_bytes: int
+    """The most bytes in flight at once so far."""
+    pending_bytes: int
+    """Estimated bytes of the batches submitted and not yet taken."""
+    min_rtt_ms: float | None
+    """The least round trip of a request so far (None before the first)."""
+    srtt_ms: float | None
+    """The smoothed round trip of requests."""
+
 class PreparedStatement:
     """A statement prepared by ``Session.prepare``; marked idempotent, so writes of it are retried."""
 
@@ -57,8 +71,10 @@ class Session:
         request_timeout_ms: int = 12000,
         tls_ca_file: str | None = None,
         local_dc: str | None = None,
+        connections_per_node: int = 1,
     ) -> None:
-        """Connects (GIL released).
+        """Connects (GIL released), ``connections_per_node`` connections to each node (one connection carries at
+        most its socket's receive buffer per round trip: a long link needs several).
 
         With ``local_dc`` requests go to that datacenter's nodes only (token-aware within it); connecting fails with
         the ring's datacenters when no node is there.
@@ -100,7 +116,8 @@ class Session:
         """
 
     def writer(self, concurrency: int = 64, max_retries: int = 8) -> BulkWriter:
-        """A writer keeping at most ``concurrency`` requests in flight across all its ``submit`` calls."""
+        """A writer keeping at most ``concurrency`` requests in flight across all its ``submit`` calls; below that,
+        the bytes in flight follow the same adaptive window as the fetcher's (4 MiB floor, 64 MiB ceiling)."""
 
     def fetcher(
         self,
@@ -115,6 +132,7 @@ class Session:
         decode_threads: int = 2,
         request_bytes: int = 524_288,
         sample_bytes: int = 0,
+        memory_bytes: int = 134_217_728,
     ) -> Fetcher:
         """A batch reader of ``keyspace.table`` (``uuid`` → ``label``, ``data``), prepared here (GIL released).
 
@@ -125,7 +143,11 @@ class Session:
         ``image_size=(height, width)`` decodes JPEG/PNG to uint8 (height, width, channels) on ``decode_threads``
         native threads (resized bilinearly; with ``crop``, centre-cropped to the aspect ratio first);
         ``raw_item_bytes`` expects fixed-size raw tensors; neither keeps the stored bytes.
-        ``concurrency`` bounds the requests in flight across all of the fetcher's batches.
+        ``concurrency`` bounds the requests in flight across all of the fetcher's batches. Below it, the bytes in
+        flight follow an adaptive window (from 16 MiB, never below it nor above ``memory_bytes / 2``): it grows
+        while the delivery rate rises and shrinks when requests queue (the round trip climbs above the least seen).
+        Requests go out in submission order and complete in any order. ``memory_bytes`` also bounds what
+        ``wants_more`` lets the caller submit. Raises ValueError for memory_bytes below 32 MiB.
         """
 
 class Buffer:
@@ -164,6 +186,14 @@ class Fetcher:
         A transient failure of a read is retried with backoff up to ``max_retries`` times; after that, or for any
         other error, raises the RingError of its kind (Unreachable, Timeout, …) naming the sample.
         """
+
+    @property
+    def wants_more(self) -> bool:
+        """True while the caller should submit more batches: those submitted and not yet taken are expected to
+        hold less than twice the window and less than ``memory_bytes``."""
+
+    def window(self) -> WindowStats:
+        """The adaptive window now."""
 
     @property
     def retries(self) -> int:

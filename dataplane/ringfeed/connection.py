@@ -50,14 +50,15 @@ class ClusterAddress:
         """The contact points as ``host:port, …``, for messages."""
         return ", ".join(f"{host}:{self.port}" for host in self.hosts)
 
-    def native_session(self, consistency: str = "ONE"):
-        """A native session (``ringfeed._native.Session``) to this ring; RingUnavailable or AuthenticationFailed
-        (RingfeedError) when it cannot connect."""
+    def native_session(self, consistency: str = "ONE", connections_per_node: int = 1):
+        """A native session (``ringfeed._native.Session``) to this ring, with `connections_per_node` connections to
+        each node; RingUnavailable or AuthenticationFailed (RingfeedError) when it cannot connect."""
         from ringfeed import _native
         from ringfeed.errors import ring_error, ring_failures
 
         try:
             return _native.Session(list(self.hosts), self.port, self.username, self.password, consistency,
-                                   tls_ca_file=self.tls_ca_file, local_dc=self.local_dc or None)
+                                   tls_ca_file=self.tls_ca_file, local_dc=self.local_dc or None,
+                                   connections_per_node=connections_per_node)
         except ring_failures() as exc:
             raise ring_error(exc, where=self.where) from None

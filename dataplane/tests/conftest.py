@@ -20,10 +20,11 @@ from ringfeed.local import LocalRing, RingSettings
 REPO = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test"))
 KEEP = os.environ.get("RINGFEED_TEST_KEEP") == "1"
-# Another address and JMX port for the shared node: two test sessions side by side (with their own
-# RINGFEED_TEST_STATE) each get one.
+# Another address and JMX port for the shared node (and JMX ports for the ring): two test sessions side by side
+# (with their own RINGFEED_TEST_STATE) each get one.
 NODE_PREFIX = os.environ.get("RINGFEED_TEST_NODE_PREFIX", "127.0.10.")
 NODE_JMX_BASE = int(os.environ.get("RINGFEED_TEST_NODE_JMX_BASE", "7300"))
+RING_JMX_BASE = int(os.environ.get("RINGFEED_TEST_RING_JMX_BASE", "7400"))
 
 
 class CassandraFixture:
@@ -106,7 +107,7 @@ def cassandra_node():
 @pytest.fixture(scope="session")
 def cassandra_ring():
     fixture = _start("ring", 3, RingSettings(cluster_name="ringfeed-test-ring", address_prefix="127.0.20.",
-                                             jmx_base=7400, heap="512M", ring_delay_ms=5000))
+                                             jmx_base=RING_JMX_BASE, heap="512M", ring_delay_ms=5000))
     yield fixture
     _stop(fixture)
 

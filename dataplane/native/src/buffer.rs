@@ -71,15 +71,16 @@ impl Buffer {
 /// samples into it — so buffers that Python has released are handed out again.
 pub(crate) struct BufferPool {
     free: Mutex<Vec<Vec<u8>>>,
-    keep: usize,
+    /// Bytes (of capacity) the released buffers kept may hold in all.
+    keep_bytes: usize,
 }
 
 impl BufferPool {
-    /// A pool that keeps at most `keep` released buffers.
-    pub(crate) fn new(keep: usize) -> Self {
+    /// A pool that keeps released buffers up to `keep_bytes` of them.
+    pub(crate) fn new(keep_bytes: usize) -> Self {
         Self {
             free: Mutex::new(Vec::new()),
-            keep,
+            keep_bytes,
         }
     }
 
@@ -112,13 +113,15 @@ impl BufferPool {
         chosen.map(|i| free.swap_remove(i)).unwrap_or_default()
     }
 
-    /// Keeps a released buffer; when the pool is full, it replaces the smallest one if it is larger.
+    /// Keeps a released buffer; when it does not fit, it replaces the smallest one if that makes room.
     fn give(&self, buffer: Vec<u8>) {
         let mut free = self.free.lock().expect("no panics while locked");
-        if free.len() < self.keep {
+        let kept: usize = free.iter().map(Vec::capacity).sum();
+        if kept + buffer.capacity() <= self.keep_bytes {
             free.push(buffer);
         } else if let Some(smallest) = (0..free.len()).min_by_key(|&i| free[i].capacity())
             && free[smallest].capacity() < buffer.capacity()
+            && kept - free[smallest].capacity() + buffer.capacity() <= self.keep_bytes
         {
             free[smallest] = buffer;
         }
@@ -136,7 +139,7 @@ mod tests {
 
     #[test]
     fn a_released_buffer_is_handed_out_again_smallest_fitting_first() {
-        let pool = BufferPool::new(2);
+        let pool = BufferPool::new(1100);
         pool.give(Vec::with_capacity(1000));
         pool.give(Vec::with_capacity(100));
         assert!(pool.take_empty(50).capacity() >= 100);
@@ -145,17 +148,20 @@ mod tests {
     }
 
     #[test]
-    fn a_full_pool_keeps_the_largest_buffers() {
-        let pool = BufferPool::new(1);
+    fn a_full_pool_keeps_the_largest_buffers_within_its_bytes() {
+        let pool = BufferPool::new(520);
         pool.give(Vec::with_capacity(10));
         pool.give(Vec::with_capacity(500));
-        pool.give(Vec::with_capacity(20));
-        assert!(pool.take_filled(30).capacity() >= 500);
+        pool.give(Vec::with_capacity(20)); // replaces the 10
+        pool.give(Vec::with_capacity(600)); // fits nowhere
+        assert_eq!(pool.take_filled(30).capacity(), 500);
+        assert_eq!(pool.take_filled(15).capacity(), 20);
+        assert!(pool.free.lock().expect("no panics while locked").is_empty());
     }
 
     #[test]
     fn filled_buffers_have_the_asked_length() {
-        let pool = BufferPool::new(1);
+        let pool = BufferPool::new(64);
         pool.give(vec![7; 64]);
         assert_eq!(pool.take_filled(16).len(), 16);
         assert_eq!(pool.take_filled(100).len(), 100);

@@ -7,11 +7,13 @@ pub(crate) mod retry;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use openssl::ssl::{SslConnector, SslMethod};
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use scylla::client::PoolSize;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::OpenSsl010Config;
 use scylla::client::session::Session as ScyllaSession;
@@ -226,6 +228,8 @@ pub(crate) struct Connect {
     pub request_timeout: Duration,
     pub tls_ca_file: Option<String>,
     pub local_dc: Option<String>,
+    /// Connections to each node: one connection's socket buffers cap what it carries over a long link.
+    pub connections_per_node: NonZeroUsize,
 }
 
 impl Client {
@@ -245,6 +249,7 @@ impl Client {
         let mut builder = SessionBuilder::new()
             .known_nodes(&contact_points)
             .default_execution_profile_handle(profile.into_handle())
+            .pool_size(PoolSize::PerHost(connect.connections_per_node))
             // Token-aware routing needs keyspaces and tables, not column and UDT details.
             .fetch_full_schema_metadata(false);
         if let Some(ca_file) = &connect.tls_ca_file {

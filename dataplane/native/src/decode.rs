@@ -467,7 +467,7 @@ mod tests {
 
     #[test]
     fn stored_bytes_arriving_out_of_order_come_out_in_position_order_without_the_missing() {
-        let pool = BufferPool::new(1);
+        let pool = BufferPool::new(0);
         let mut assembly = Assembly::new(Decode::Bytes, 4, 3, &pool, None);
         assembly.add(2, 20, Bytes::from_static(b"cc"));
         assembly.add(0, 0, Bytes::from_static(b"a"));

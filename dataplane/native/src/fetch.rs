@@ -2,17 +2,23 @@
 //! pool (`decode`), assembled into one contiguous buffer per batch — all without the GIL.
 //!
 //! Python submits batches under tickets and takes them back in order (`take(ticket)`) or as they complete
-//! (`take(None)`); every batch in flight shares one window of `concurrency` requests.
+//! (`take(None)`). The requests of every batch share one adaptive window of bytes in flight (`window`), sent in
+//! submission order and completing in any order; batches that complete ahead of their turn wait in `finished` (the
+//! reorder buffer) until taken. `wants_more` tells the caller when to submit: while the batches submitted and not
+//! yet taken hold less than twice the window (so the window always has requests waiting) and less than the memory
+//! bound.
+
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 use scylla::policies::load_balancing::{NodeIdentifier, SingleTargetLoadBalancingPolicy};
 use scylla::statement::prepared::PreparedStatement;
 use tokio::sync::{Semaphore, mpsc};
@@ -23,11 +29,14 @@ use crate::client::Client;
 use crate::client::retry::{is_transient, with_backoff};
 use crate::decode::{Assembled, Assembly, Decode, DecoderPool};
 use crate::errors::{Failure, Kind, execution_kind, one_line};
+use crate::window::{FlowWindow, WindowControl};
 
-/// Released batch buffers kept per fetcher for reuse.
-const POOLED_BUFFERS: usize = 4;
 /// Sample size assumed until the first batch has been read, when the caller knows none.
 const ASSUMED_SAMPLE_BYTES: usize = 65_536;
+/// The window never goes below this, nor starts lower: on a short link the node needs many requests at once to keep
+/// its read threads busy (the fixed window this replaced held 64 samples: 9.6 MB of 150 kB ones, and a larger one
+/// read faster on loopback), and a long link opens from here in a few round trips.
+const WINDOW_FLOOR: usize = 16 << 20;
 
 /// One batch as it comes back: samples in submission order, minus missing and corrupt ones.
 #[pyclass(module = "ringfeed._native", frozen)]
@@ -57,6 +66,14 @@ pub struct FetchedBatch {
 type Outcome = Result<Assembled, Failure>;
 
 impl Shared {
+    /// The mean stored bytes of the samples read so far, or the assumed size before the first batch.
+    fn expected_sample_bytes(&self) -> usize {
+        match self.sample_bytes.load(Ordering::Relaxed) {
+            0 => ASSUMED_SAMPLE_BYTES,
+            known => known,
+        }
+    }
+
     fn count_retry(&self) {
         self.retries.fetch_add(1, Ordering::Relaxed);
     }
@@ -95,7 +112,10 @@ struct Shared {
     statements: Statements,
     /// `statements.many` pinned to one node, by host id (made on first use).
     targeted: Mutex<HashMap<Uuid, PreparedStatement>>,
-    window: Semaphore,
+    /// Bytes in flight, adapted to the link.
+    window: Arc<FlowWindow>,
+    /// One permit per request in flight: `concurrency` at most.
+    requests: Semaphore,
     concurrency: usize,
     max_retries: u32,
     decode: Decode,
@@ -115,9 +135,13 @@ pub struct Fetcher {
     done_tx: mpsc::UnboundedSender<(u64, Outcome)>,
     done_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<(u64, Outcome)>>,
     finished: Mutex<HashMap<u64, Outcome>>,
+    /// Estimated bytes of each batch submitted and not yet taken (in flight, queued or in the reorder buffer).
+    pending: Mutex<HashMap<u64, usize>>,
+    memory_bytes: usize,
 }
 
 impl Fetcher {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         client: Arc<Client>,
         statements: Statements,
@@ -126,10 +150,19 @@ impl Fetcher {
         decode: Decode,
         decode_threads: usize,
         sample_bytes: usize,
+        memory_bytes: usize,
     ) -> PyResult<Self> {
         if concurrency == 0 {
             return Err(PyValueError::new_err("concurrency must be at least 1"));
         }
+        if memory_bytes < 2 * WINDOW_FLOOR {
+            return Err(PyValueError::new_err(format!(
+                "memory_bytes must be at least {} (twice the window's floor)",
+                2 * WINDOW_FLOOR
+            )));
+        }
+        // Half the memory for the window: the other half holds the batches waiting for it or for their turn.
+        let control = WindowControl::new(WINDOW_FLOOR, WINDOW_FLOOR, memory_bytes / 2, Instant::now());
         let decoders = match decode {
             Decode::Image(_) => Some(DecoderPool::start(decode_threads).map_err(|err| {
                 PyRuntimeError::new_err(format!("cannot start decoder threads: {err}"))
@@ -142,19 +175,34 @@ impl Fetcher {
                 client,
                 statements,
                 targeted: Mutex::new(HashMap::new()),
-                window: Semaphore::new(concurrency as usize),
+                window: FlowWindow::new(control),
+                requests: Semaphore::new(concurrency as usize),
                 concurrency: concurrency as usize,
                 max_retries,
                 decode,
                 decoders,
-                pool: Arc::new(BufferPool::new(POOLED_BUFFERS)),
+                // As much as the batches in flight may hold: each new batch finds a released buffer.
+                pool: Arc::new(BufferPool::new(memory_bytes)),
                 sample_bytes: AtomicUsize::new(sample_bytes),
                 retries: AtomicU64::new(0),
             }),
             done_tx,
             done_rx: tokio::sync::Mutex::new(done_rx),
             finished: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            memory_bytes,
         })
+    }
+
+    /// The memory a batch of `count` samples is expected to hold until taken.
+    fn batch_bytes(&self, count: usize) -> usize {
+        let stored = self.shared.expected_sample_bytes();
+        let per_sample = match self.shared.decode {
+            Decode::Bytes => stored,
+            Decode::Raw { item_bytes } => item_bytes,
+            Decode::Image(shape) => shape.item_bytes().max(stored),
+        };
+        count * per_sample
     }
 
     fn ready(&self, ticket: Option<u64>) -> Option<(u64, Outcome)> {
@@ -178,6 +226,30 @@ impl Fetcher {
         }
     }
 
+    /// True while more batches should be submitted: those submitted and not yet taken are expected to hold less
+    /// than twice the window and less than `memory_bytes`.
+    #[getter]
+    fn wants_more(&self) -> bool {
+        let pending: usize = self.pending.lock().expect("no panics while locked").values().sum();
+        pending < self.memory_bytes.min(2 * self.shared.window.window_bytes())
+    }
+
+    /// The window now: `window_bytes`, `in_flight_bytes`, `peak_in_flight_bytes`, `pending_bytes` (batches
+    /// submitted, not yet taken), `min_rtt_ms` and `srtt_ms` (None before the first completion).
+    fn window<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let stats = self.shared.window.stats();
+        let pending: usize = self.pending.lock().expect("no panics while locked").values().sum();
+        let millis = |rtt: Option<std::time::Duration>| rtt.map(|rtt| rtt.as_secs_f64() * 1e3);
+        let dict = PyDict::new(py);
+        dict.set_item("window_bytes", stats.window_bytes)?;
+        dict.set_item("in_flight_bytes", stats.in_flight_bytes)?;
+        dict.set_item("peak_in_flight_bytes", stats.peak_in_flight_bytes)?;
+        dict.set_item("pending_bytes", pending)?;
+        dict.set_item("min_rtt_ms", millis(stats.min_rtt))?;
+        dict.set_item("srtt_ms", millis(stats.srtt))?;
+        Ok(dict)
+    }
+
     /// Requests retried after a transient failure since this fetcher was made, counted as they happen.
     #[getter]
     fn retries(&self) -> u64 {
@@ -194,6 +266,8 @@ impl Fetcher {
             .chunks_exact(16)
             .map(|bytes| Uuid::from_slice(bytes).expect("16 bytes"))
             .collect();
+        let expected = self.batch_bytes(uuids.len());
+        self.pending.lock().expect("no panics while locked").insert(ticket, expected);
         let shared = Arc::clone(&self.shared);
         let done = self.done_tx.clone();
         self.shared.client.spawn(async move {
@@ -241,6 +315,7 @@ impl Fetcher {
                 .expect("no panics while locked")
                 .insert(received.0, received.1);
         };
+        self.pending.lock().expect("no panics while locked").remove(&ticket);
         let batch = outcome.map_err(Failure::into_py)?;
         let buffer = |bytes: Vec<u8>| Py::new(py, Buffer::new(bytes));
         Ok(FetchedBatch {
@@ -285,17 +360,17 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
         &shared.pool,
         shared.decoders.clone(),
     );
+    let sample_bytes = shared.expected_sample_bytes();
     let mut reads = futures::stream::iter(requests(&shared, &uuids))
         .map(|request| {
             let shared = &shared;
             async move {
-                let rows = request.rows.len() as u32;
-                let _permits = shared
-                    .window
-                    .acquire_many(rows)
-                    .await
-                    .expect("never closed");
-                read_rows(shared, request).await
+                // Sent in submission order: the window and the request slots are both first come, first served.
+                let mut room = shared.window.acquire(request.rows.len() * sample_bytes).await;
+                let _slot = shared.requests.acquire().await.expect("never closed");
+                let rows = read_rows(shared, request).await?;
+                room.delivered(rows.iter().map(|(_, row)| row.data.len()).sum());
+                Ok(rows)
             }
         })
         .buffer_unordered(shared.concurrency);

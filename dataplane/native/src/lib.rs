@@ -3,7 +3,7 @@
 //! `client` is the connection every data path shares (runtime, session, prepared statements, retry policy);
 //! `session` is the Python class that opens the data paths: `writer` (bulk ingest, values converted by `convert`),
 //! `scan` (whole columns by token range) and `fetch` (the loader's batches, put together by `decode` into
-//! `buffer`s). `errors` turns failures into Python exceptions by kind, `lifecycle` stops every native thread before
+//! `buffer`s), both paced by an adaptive `window` of bytes in flight. `errors` turns failures into Python exceptions by kind, `lifecycle` stops every native thread before
 //! the interpreter exits.
 
 mod buffer;
@@ -15,6 +15,7 @@ mod fetch;
 mod lifecycle;
 mod scan;
 mod session;
+mod window;
 mod writer;
 
 use pyo3::prelude::*;

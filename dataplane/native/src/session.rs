@@ -1,5 +1,6 @@
 //! `Session`, the Python class: a connection to a ring (`client`) and the data paths opened through it.
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ pub struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (hosts, port = 9042, username = None, password = None, consistency = "ONE", request_timeout_ms = 12000, tls_ca_file = None, local_dc = None))]
+    #[pyo3(signature = (hosts, port = 9042, username = None, password = None, consistency = "ONE", request_timeout_ms = 12000, tls_ca_file = None, local_dc = None, connections_per_node = 1))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -34,6 +35,7 @@ impl Session {
         request_timeout_ms: u64,
         tls_ca_file: Option<String>,
         local_dc: Option<String>,
+        connections_per_node: usize,
     ) -> PyResult<Self> {
         if hosts.is_empty() {
             return Err(PyValueError::new_err("hosts is empty"));
@@ -50,6 +52,8 @@ impl Session {
             request_timeout: Duration::from_millis(request_timeout_ms),
             tls_ca_file,
             local_dc,
+            connections_per_node: NonZeroUsize::new(connections_per_node)
+                .ok_or_else(|| PyValueError::new_err("connections_per_node must be at least 1"))?,
         };
         Ok(Self {
             client: Client::connect(py, connect)?,
@@ -94,7 +98,7 @@ impl Session {
     /// A batch reader of `keyspace.table` rows (uuid → label, data); see `fetch.rs` and the stub file.
     #[pyo3(signature = (keyspace, table = "data_by_uuid", concurrency = 64, max_retries = 8, image_size = None,
                         channels = 3, crop = true, raw_item_bytes = None, decode_threads = 2,
-                        request_bytes = 524_288, sample_bytes = 0))]
+                        request_bytes = 524_288, sample_bytes = 0, memory_bytes = 134_217_728))]
     #[allow(clippy::too_many_arguments)]
     fn fetcher(
         &self,
@@ -110,6 +114,7 @@ impl Session {
         decode_threads: usize,
         request_bytes: usize,
         sample_bytes: usize,
+        memory_bytes: usize,
     ) -> PyResult<Fetcher> {
         let decode = match (image_size, raw_item_bytes) {
             (Some(_), Some(_)) => {
@@ -157,6 +162,7 @@ impl Session {
             decode,
             decode_threads,
             sample_bytes,
+            memory_bytes,
         )
     }
 

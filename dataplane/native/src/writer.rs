@@ -1,7 +1,9 @@
 //! `BulkWriter`: converts rows under the GIL, then writes them concurrently on the session's
-//! runtime, at most `concurrency` requests in flight, retrying transient failures with backoff.
+//! runtime, retrying transient failures with backoff. The bytes in flight follow the adaptive `window` (as the
+//! loader's reads do), under a cap of `concurrency` rows in flight.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -15,20 +17,28 @@ use crate::convert::{BoundRow, convert_row};
 use crate::client::retry::{is_transient, with_backoff};
 use crate::client::{Client, PreparedStatement};
 use crate::errors::{Failure, execution_kind, one_line};
+use crate::window::{FlowPermit, FlowWindow, WindowControl};
+
+/// The window's floor, start and ceiling (bytes of row values in flight): on a short link the writer's row cap
+/// binds before the floor; the ceiling covers 100 ms at 600 MB/s, more than one node takes in.
+const WINDOW_FLOOR: usize = 4 << 20;
+const WINDOW_START: usize = 8 << 20;
+const WINDOW_CEILING: usize = 64 << 20;
 
 /// Writes rows of prepared INSERTs concurrently; see `flush` for the outcome.
 #[pyclass(module = "ringfeed._native", frozen)]
 pub struct BulkWriter {
     client: Arc<Client>,
     shared: Arc<WriterShared>,
-    concurrency: u32,
 }
 
 /// What the row tasks share with the writer; the tasks outlive a writer dropped without flush.
 struct WriterShared {
     session: Arc<ScyllaSession>,
-    /// One permit per request in flight, across all `submit` calls.
-    window: Arc<Semaphore>,
+    /// One permit per request in flight, across all `submit` calls: `concurrency` at most.
+    requests: Arc<Semaphore>,
+    /// Bytes in flight, adapted to the link.
+    window: Arc<FlowWindow>,
     max_retries: u32,
     tally: Mutex<Tally>,
 }
@@ -95,14 +105,14 @@ impl BulkWriter {
         }
         let shared = WriterShared {
             session: Arc::clone(&client.session),
-            window: Arc::new(Semaphore::new(concurrency as usize)),
+            requests: Arc::new(Semaphore::new(concurrency as usize)),
+            window: FlowWindow::new(WindowControl::new(WINDOW_START, WINDOW_FLOOR, WINDOW_CEILING, Instant::now())),
             max_retries,
             tally: Mutex::default(),
         };
         Ok(Self {
             client,
             shared: Arc::new(shared),
-            concurrency,
         })
     }
 }
@@ -128,15 +138,16 @@ impl BulkWriter {
         let statement = Arc::clone(&prepared.statement);
         self.client.block_on(py, async move {
             for row in rows {
-                let permit = Arc::clone(&shared.window)
+                let room = shared.window.acquire(row.payload_bytes as usize).await;
+                let slot = Arc::clone(&shared.requests)
                     .acquire_owned()
                     .await
-                    .expect("the window semaphore is never closed");
+                    .expect("the request semaphore is never closed");
                 tokio::spawn(write_row(
                     Arc::clone(&shared),
                     Arc::clone(&statement),
                     row,
-                    permit,
+                    (room, slot),
                 ));
             }
         })
@@ -147,14 +158,7 @@ impl BulkWriter {
     /// after all retries.
     fn flush(&self, py: Python<'_>) -> PyResult<u64> {
         let window = Arc::clone(&self.shared.window);
-        let concurrency = self.concurrency;
-        // Holding every permit means nothing is in flight.
-        self.client.block_on(py, async move {
-            let _all = window
-                .acquire_many(concurrency)
-                .await
-                .expect("the window semaphore is never closed");
-        })?;
+        self.client.block_on(py, async move { window.wait_idle().await })?;
 
         let outcome = std::mem::take(&mut self.shared.tally().since_flush);
         match outcome.first_error {
@@ -187,12 +191,12 @@ impl BulkWriter {
     }
 }
 
-/// Writes one row, retrying transient failures; holds its window permit until done.
+/// Writes one row, retrying transient failures; holds its room in the window and its request slot until done.
 async fn write_row(
     shared: Arc<WriterShared>,
     statement: Arc<ScyllaPrepared>,
     row: BoundRow,
-    _permit: OwnedSemaphorePermit,
+    (mut room, _slot): (FlowPermit, OwnedSemaphorePermit),
 ) {
     let transient =
         |failure: &WriteFailure| matches!(failure, WriteFailure::Failed(err) if is_transient(err));
@@ -216,7 +220,10 @@ async fn write_row(
     .await;
     let mut tally = shared.tally();
     match outcome {
-        Ok(_) => tally.record_written(row.payload_bytes),
+        Ok(_) => {
+            room.delivered(row.payload_bytes as usize);
+            tally.record_written(row.payload_bytes);
+        }
         Err((WriteFailure::Failed(err), _)) => tally.record_failed(&err),
         Err((WriteFailure::Halted, _)) => {}
     }

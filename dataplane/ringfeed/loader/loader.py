@@ -16,6 +16,8 @@ import os
 import time
 import uuid as uuid_module
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +27,9 @@ from ringfeed.loader.options import TENSOR, Decode, LoaderOptions
 from ringfeed.loader.plan import EpochPlan
 from ringfeed.schema import Encoding
 from ringfeed_client.batch import Blobs
+
+if TYPE_CHECKING:
+    from ringfeed._native import WindowStats  # a TypedDict of the stub only
 
 log = logging.getLogger("ringfeed.loader")
 
@@ -44,6 +49,9 @@ class LoaderStats:
     """Read requests retried after a transient failure, counted as they happen (also those of a batch that then
     failed)."""
     wait_s: float = 0.0
+    max_batches_in_flight: int = 0
+    """The most batches submitted and not yet handed over at once (the reader's window decides, see
+    ``LoaderOptions.memory_bytes``)."""
     missing_uuids: list[str] = dataclasses.field(default_factory=list)
     corrupt_samples: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
@@ -83,6 +91,17 @@ class LoaderSource:
         finally:
             if own_store:
                 store.close()
+
+
+def connections_per_node(window_bytes: int) -> int:
+    """Connections to each node for a window of `window_bytes`: one TCP connection carries at most its receive
+    buffer per round trip (the kernel's ``tcp_rmem`` maximum, 6 MiB by default), so a long link needs several; at
+    most 8 (each costs the node a little)."""
+    try:
+        receive_buffer = int(Path("/proc/sys/net/ipv4/tcp_rmem").read_text().split()[2])
+    except (OSError, IndexError, ValueError):
+        receive_buffer = 6 * 1024 * 1024  # Linux's default maximum
+    return max(1, min(8, -(-window_bytes // receive_buffer)))
 
 
 class Loader:
@@ -127,13 +146,9 @@ class Loader:
         self._fetcher_pid = None
         self._retries_before_fetcher = 0
 
-    @property
-    def window_batches(self) -> int:
-        """Batches kept in flight: `prefetch`, or more when batches are small. The requests of the oldest batches
-        finish unevenly, so the window holds two requests' worth of samples (plus the batch being handed over) to
-        keep `concurrency` reads in flight at batch boundaries (measured: batches of 32 × 20 kB at 0.86× a
-        reader that never pauses with one window's worth, ~1.0× with two)."""
-        return max(self.options.prefetch, -(-2 * self.options.concurrency // self.options.batch_size) + 1)
+    def window_stats(self) -> WindowStats | None:
+        """The native reader's adaptive window (bytes in flight, round trips); None before this process read."""
+        return self._fetcher.window() if self._fetcher is not None else None
 
     def open(self) -> Loader:
         """Connect now rather than at the first batch (to fail early, or to keep set-up out of a measurement)."""
@@ -208,16 +223,17 @@ class Loader:
         fetcher = self._open_fetcher()
         in_flight: dict[int, tuple[int, np.ndarray]] = {}  # ticket → (batch number, sample indices)
         order: collections.deque[int] = collections.deque()
-        depth = 1 if self.options.slow_start else self.window_batches
 
         def submit() -> None:
-            while numbers and len(in_flight) < depth:
+            # `prefetch` batches at least; more while the reader's window wants them (a long link needs many).
+            while numbers and (len(in_flight) < self.options.prefetch or fetcher.wants_more):
                 number = numbers.popleft()
                 batch = batches[number]
                 ticket = next(self._tickets)
                 fetcher.submit(ticket, self.source.uuids[batch].tobytes())
                 in_flight[ticket] = (number, batch)
                 order.append(ticket)
+            self.stats.max_batches_in_flight = max(self.stats.max_batches_in_flight, len(in_flight))
 
         submit()
         try:
@@ -233,8 +249,6 @@ class Loader:
                     self.stats.retries = self._retries_before_fetcher + fetcher.retries
                 order.remove(fetched.ticket)
                 number, batch = in_flight.pop(fetched.ticket)
-                if depth < self.window_batches:  # slow start: one more batch in flight per batch delivered
-                    depth += 1
                 submit()  # keep the window full before handing the batch over
                 result = self._convert(fetched, batch)
                 del fetched
@@ -255,7 +269,8 @@ class Loader:
     def _open_fetcher(self):
         """The native reader of this process, opened on first use (and again in a forked worker)."""
         if self._fetcher is None or self._fetcher_pid != os.getpid():
-            session = self.source.address.native_session(self.options.consistency)
+            session = self.source.address.native_session(
+                self.options.consistency, connections_per_node(self.options.memory_bytes // 2))
             decode = self.options.decode
             decoding = {}
             if isinstance(decode, Decode):
@@ -267,7 +282,8 @@ class Loader:
                 self._fetcher = session.fetcher(self.source.keyspace, concurrency=self.options.concurrency,
                                                 max_retries=self.options.max_retries,
                                                 request_bytes=self.options.request_bytes,
-                                                sample_bytes=self.source.sample_bytes, **decoding)
+                                                sample_bytes=self.source.sample_bytes,
+                                                memory_bytes=self.options.memory_bytes, **decoding)
             except ring_failures() as exc:
                 raise ring_error(exc, f"opening {self.source.keyspace}.data_by_uuid",
                                  self.source.address.where) from None

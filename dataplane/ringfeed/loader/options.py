@@ -13,6 +13,8 @@ REMAINDER_POLICIES = ("uneven", "pad", "drop")
 MISSING_POLICIES = ("raise", "skip")
 # The levels the native session accepts (case-insensitive); checked here so a typo fails before any connection.
 CONSISTENCY_LEVELS = ("ONE", "TWO", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "ALL")
+# Twice the native window's floor (16 MiB): the least the reader can work with.
+MIN_MEMORY_BYTES = 32 * 1024 * 1024
 
 
 class LoaderOptionsError(RingfeedError):
@@ -55,9 +57,14 @@ class LoaderOptions:
     remainder: str = "uneven"
     """Tail of an epoch across ranks: ``uneven`` (exactly once), ``pad`` (repeat) or ``drop``."""
     prefetch: int = 2
-    """Batches in flight ahead of the consumer (more when batches are small, see ``Loader.window_batches``)."""
-    concurrency: int = 64
-    """Read requests in flight, across all prefetched batches."""
+    """Batches in flight ahead of the consumer at least; the reader's adaptive window asks for more where the link
+    needs them (``memory_bytes`` bounds them)."""
+    concurrency: int = 128
+    """Read requests in flight at most, across all batches; below it the window of bytes in flight adapts to the
+    link."""
+    memory_bytes: int = 128 * 1024 * 1024
+    """Bytes of samples the reader holds at most: batches in flight, and batches arrived ahead of their turn. Half
+    of it bounds the window of bytes in flight (64 MiB: 100 ms of round trip at 640 MB/s)."""
     request_bytes: int = 512 * 1024
     """Bytes one read request asks for (samples grouped by owning node); 1 reads each sample alone."""
     decode_threads: int = 0
@@ -69,9 +76,8 @@ class LoaderOptions:
     max_retries: int = 8
     """Retries of a read that fails transiently, with exponential backoff."""
     out_of_order: bool = False
-    """Hand batches over as they complete rather than in order (high-latency links)."""
-    slow_start: bool = False
-    """Start with one batch in flight and grow the window (high-latency links)."""
+    """Hand batches over as they complete rather than in the epoch's order (still each exactly once; a resume then
+    needs the same world size and batch size)."""
     with_uuids: bool = False
     """Yield ``(x, y, uuids)`` instead of ``(x, y)``."""
     shard: tuple[int, int] = (0, 1)
@@ -79,13 +85,16 @@ class LoaderOptions:
 
     def __post_init__(self):
         for name in ("batch_size", "seed", "rank", "world_size", "prefetch", "concurrency", "request_bytes",
-                     "decode_threads", "max_retries"):
+                     "decode_threads", "max_retries", "memory_bytes"):
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
                 raise LoaderOptionsError(f"{name} must be an integer, got {value!r}")
         for name in ("batch_size", "world_size", "prefetch", "concurrency", "request_bytes"):
             if getattr(self, name) < 1:
                 raise LoaderOptionsError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.memory_bytes < MIN_MEMORY_BYTES:
+            raise LoaderOptionsError(f"memory_bytes must be at least {MIN_MEMORY_BYTES} (32 MiB), got "
+                                     f"{self.memory_bytes}")
         for name in ("decode_threads", "max_retries"):
             if getattr(self, name) < 0:
                 raise LoaderOptionsError(f"{name} must be zero or more, got {getattr(self, name)}")

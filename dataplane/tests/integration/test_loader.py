@@ -249,12 +249,12 @@ def test_missing_samples_raise_or_are_skipped_and_counted(module_store, slides):
     assert loader.stats.missing == 1 and loader.stats.missing_uuids == [str(ghost)]
 
 
-def test_out_of_order_and_slow_start_deliver_the_same_samples(module_store, slides):
+def test_out_of_order_and_small_windows_deliver_the_same_samples(module_store, slides):
     name, _ = slides
     reference = sorted(all_uuids(Loader(name, "by-patient", "train", batch_size=8, store=module_store,
                                         with_uuids=True)))
-    for options in (dict(out_of_order=True, prefetch=6), dict(slow_start=True, prefetch=8),
-                    dict(out_of_order=True, slow_start=True, prefetch=4, concurrency=3)):
+    for options in (dict(out_of_order=True, prefetch=6), dict(memory_bytes=32 * 2**20, prefetch=1),
+                    dict(out_of_order=True, prefetch=4, concurrency=3)):
         loader = Loader(name, "by-patient", "train", batch_size=8, store=module_store, with_uuids=True, **options)
         assert sorted(all_uuids(loader)) == reference, options
 
@@ -362,11 +362,14 @@ def test_a_node_killed_mid_epoch_loses_and_duplicates_nothing(cassandra_ring, tm
 
 def test_batch_buffers_are_recycled_once_released(module_store, slides):
     name, _ = slides
-    loader = Loader(name, "by-patient", "train", batch_size=8, store=module_store, decode=Decode(32, 32), prefetch=2,
-                    concurrency=8)
+    # 8 × 640×640×3 bytes decoded per batch: the smallest memory bound (32 MiB) holds a few batches at once.
+    loader = Loader(name, "by-patient", "train", batch_size=8, store=module_store, decode=Decode(640, 640),
+                    prefetch=2, memory_bytes=32 * 2**20)
     addresses = []
     for x, _ in loader:
         addresses.append(x.__array_interface__["data"][0])
         del x  # the training step is done with the batch
     # Without the pool every batch would have its own buffer; with it, only the batches in flight at once do.
-    assert len(addresses) > 20 and len(set(addresses)) <= loader.window_batches + 2
+    # In flight, plus the one being handed over (and one of slack).
+    assert len(addresses) > 20 and loader.stats.max_batches_in_flight < 10
+    assert len(set(addresses)) <= loader.stats.max_batches_in_flight + 2

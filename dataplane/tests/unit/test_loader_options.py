@@ -21,6 +21,7 @@ from ringfeed.loader import Decode, LoaderOptionsError
     (dict(prefetch=0), "prefetch must be at least 1, got 0"),
     (dict(concurrency=0), "concurrency must be at least 1, got 0"),
     (dict(request_bytes=0), "request_bytes must be at least 1, got 0"),
+    (dict(memory_bytes=2**20), "memory_bytes must be at least 33554432 (32 MiB), got 1048576"),
     (dict(decode_threads=-1), "decode_threads must be zero or more, got -1"),
     (dict(max_retries=-1), "max_retries must be zero or more, got -1"),
     (dict(missing="ignore"), "unknown missing policy 'ignore' (one of raise, skip)"),
@@ -52,9 +53,10 @@ def test_defaults_are_those_documented():
     options = LoaderOptions()
     assert (options.batch_size, options.decode, options.shuffle, options.seed) == (64, None, True, 0)
     assert (options.rank, options.world_size, options.remainder) == (0, 1, "uneven")
-    assert (options.prefetch, options.concurrency, options.request_bytes) == (2, 64, 512 * 1024)
+    assert (options.prefetch, options.concurrency, options.request_bytes) == (2, 128, 512 * 1024)
+    assert options.memory_bytes == 128 * 2**20
     assert (options.decode_threads, options.consistency, options.missing, options.max_retries) == (0, "ONE", "raise", 8)
-    assert not (options.out_of_order or options.slow_start or options.with_uuids)
+    assert not (options.out_of_order or options.with_uuids)
     assert options.shard == (0, 1)
 
 
