@@ -19,7 +19,6 @@ from ringfeed_operator.builders.trainingjob import (
     rank_job,
     rank_progress,
     rendezvous_service,
-    resume_patch,
     sidecar_arguments,
     summary,
 )
@@ -122,11 +121,12 @@ def test_a_rank_that_does_not_answer_keeps_its_last_position():
     assert summary(later[:1], replicas=2, epochs=3)["epoch"] == 0
 
 
-def test_resuming_hands_each_rank_its_kept_position():
+def test_a_job_made_again_after_a_suspension_hands_each_rank_its_kept_position():
     ranks = rank_progress([], {0: report(0, 64, 32), 1: report(0, 72, 36)})
-    patch = resume_patch(ranks)
-    assert patch["spec"]["suspend"] is False
-    kept = json.loads(patch["spec"]["template"]["metadata"]["annotations"][POSITIONS_ANNOTATION])
+    fresh = job_of(trainingjob())["spec"]["template"]["metadata"]
+    assert POSITIONS_ANNOTATION not in (fresh.get("annotations") or {})
+    resumed = rank_job(trainingjob(), DATASET, "tumour_slides", 3, SETTINGS, ranks)["spec"]["template"]["metadata"]
+    kept = json.loads(resumed["annotations"][POSITIONS_ANNOTATION])
     assert kept == {"0": ranks[0]["position"], "1": ranks[1]["position"]}
     pod = job_of(trainingjob())["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "ringfeed-positions")

@@ -231,6 +231,7 @@ class FeedServer:
 
     def _record_position(self, state: dict) -> None:
         self.status.epoch, self.status.offset = state["epoch"], state["offset"]
+        self.status.done = state["epoch"] >= self.epochs
 
     def samples_delivered(self) -> int:
         """Samples of this rank handed out since the first epoch began, from the position (survives restarts)."""
@@ -344,7 +345,6 @@ class FeedServer:
         self.position = item.state_after
         self._record_position(self.position)
         if isinstance(item, Done):
-            self.status.done = True
             return {"type": "done", "state": self.position}
         if isinstance(item, EpochEnd):
             return {"type": "epoch_end", "state": self.position}

@@ -24,8 +24,8 @@ FEED_DIR = "/var/run/ringfeed"
 SIDECAR_PORT = 8477
 MASTER_PORT = 29500
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-# The ranks' positions kept over a suspension: set on the Job's Pod template by the operator when it resumes the
-# Job, read by each sidecar from a downward API file.
+# The ranks' positions kept over a suspension: on the Pod template of the Job the operator makes again to resume
+# (a started Job's template cannot change), read by each sidecar from a downward API file.
 POSITIONS_ANNOTATION = "ringfeed.io/positions"
 POSITIONS_VOLUME = "ringfeed-positions"
 POSITIONS_DIR = "/etc/ringfeed/positions"
@@ -75,14 +75,19 @@ def rendezvous_service(trainingjob: dict) -> dict:
     }
 
 
-def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int, config: JobsConfig) -> dict:
-    """The Indexed Job of the ranks: the user's Pod template with the sidecar and the rank environment added."""
+def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int, config: JobsConfig,
+             ranks: list[dict] | None = None) -> dict:
+    """The Indexed Job of the ranks: the user's Pod template with the sidecar and the rank environment added; each
+    rank's sidecar starts from its position in `ranks` (status.ranks kept over a suspension) when there is one."""
     spec, name = trainingjob["spec"], trainingjob["metadata"]["name"]
     replicas = spec.get("replicas", 1)
     storage = dataset["spec"]["storage"]
     template = copy.deepcopy(spec["template"])
     metadata = template.setdefault("metadata", {})
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels_of(name)}
+    if positions := {str(item["rank"]): item["position"] for item in ranks or () if item.get("position")}:
+        metadata["annotations"] = {**(metadata.get("annotations") or {}),
+                                   POSITIONS_ANNOTATION: json.dumps(positions, separators=(",", ":"), sort_keys=True)}
     pod = template["spec"]
     pod.setdefault("restartPolicy", DEFAULT_RESTART_POLICY)
     pod.setdefault("automountServiceAccountToken", False)  # the trainer never needs the API unless it says so
@@ -195,9 +200,3 @@ def phase(job_state: str, suspended: bool, running: int) -> str:
         return "Suspended"
     return "Running" if running else "Pending"
 
-
-def resume_patch(ranks: list[dict]) -> dict:
-    """The Job patch that resumes it, each rank's sidecar starting from the position kept for it."""
-    positions = {str(item["rank"]): item["position"] for item in ranks if item.get("position")}
-    annotations = {POSITIONS_ANNOTATION: json.dumps(positions, separators=(",", ":"), sort_keys=True)}
-    return {"spec": {"suspend": False, "template": {"metadata": {"annotations": annotations}}}}

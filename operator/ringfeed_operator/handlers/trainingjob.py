@@ -18,7 +18,6 @@ from ringfeed_operator.builders.trainingjob import (
     rank_of,
     rank_progress,
     rendezvous_service,
-    resume_patch,
     summary,
 )
 from ringfeed_operator.context import Context
@@ -60,23 +59,29 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     if dataset is None:
         give_up(patch, conditions, generation, "DatasetNotFound", f"Dataset {dataset_name} of Split {split_name} "
                 "does not exist", permanent=False, delay=10)
-    job = rank_job(body, dataset, catalog_name(dataset_name, dataset["spec"]), computed["version"], memo.config.jobs)
+    job = rank_job(body, dataset, catalog_name(dataset_name, dataset["spec"]), computed["version"], memo.config.jobs,
+                   status.get("ranks"))
     memo.kube.ensure_service(namespace, rendezvous_service(body))
     try:
         existing, created = memo.kube.ensure_job(namespace, job)
     except JobRejected as error:
         give_up(patch, conditions, generation, "InvalidSpec", str(error), permanent=True)
     suspended = bool(spec.get("suspend"))
-    if created:
+    if created and status.get("phase") == "Suspended":
+        event(body, "Resumed", "ranks start again from their kept positions")
+    elif created:
         memo.metrics.jobs_created.labels("trainer").inc()
         event(body, "Started", f"Job {name}: {spec.get('replicas', 1)} rank(s) on Split {split_name} part {part} "
               f"(version {computed['version']}), {spec.get('epochs', 1)} epoch(s)")
     elif existing is not None and bool(existing["spec"].get("suspend")) != suspended:
         if suspended:
             _suspend(name, namespace, status, body, memo, patch)
+        elif not (existing.get("status") or {}).get("startTime"):
+            memo.kube.patch_job(namespace, name, {"spec": {"suspend": False}})  # created suspended, never run
         else:
-            memo.kube.patch_job(namespace, name, resume_patch(status.get("ranks") or []))
-            event(body, "Resumed", "ranks start again from their kept positions")
+            # A started Job's Pod template cannot change: the Job is made again with the kept positions.
+            memo.kube.delete_jobs(namespace, f"{LABEL_TRAININGJOB}={name}")
+            raise kopf.TemporaryError("making the Job again with the ranks' kept positions", delay=2)
     patch.status.update(jobName=name, splitVersion=computed["version"])
     if not status.get("phase"):
         patch.status["phase"] = "Pending"
