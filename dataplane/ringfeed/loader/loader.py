@@ -9,6 +9,7 @@ The GIL is released while Python waits for a batch.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -29,7 +30,7 @@ from ringfeed.schema import Encoding
 from ringfeed_client.batch import Blobs
 
 if TYPE_CHECKING:
-    from ringfeed._native import WindowStats  # a TypedDict of the stub only
+    from ringfeed._native import Fetcher, WindowStats  # WindowStats: a TypedDict of the stub only
 
 log = logging.getLogger("ringfeed.loader")
 
@@ -104,6 +105,16 @@ def connections_per_node(window_bytes: int) -> int:
     return max(1, min(8, -(-window_bytes // receive_buffer)))
 
 
+@dataclasses.dataclass
+class _NextEpoch:
+    """The next epoch's first batches, submitted while the current one ended, for the fetcher that reads them."""
+
+    epoch: int
+    fetcher: Fetcher
+    batches: list[tuple[int, int, np.ndarray]]
+    """(ticket, batch number, sample indices), in order."""
+
+
 class Loader:
     """Iterates over batches ``(x, y)`` (``(x, y, uuids)`` with ``with_uuids``) of one part of a stored split:
     x is uint8 (n, height, width, channels) with a ``Decode``, the schema's dtype and shape with ``decode='tensor'``,
@@ -145,6 +156,7 @@ class Loader:
         self._fetcher = None
         self._fetcher_pid = None
         self._retries_before_fetcher = 0
+        self._next_epoch: _NextEpoch | None = None
 
     def window_stats(self) -> WindowStats | None:
         """The native reader's adaptive window (bytes in flight, round trips); None before this process read."""
@@ -161,6 +173,7 @@ class Loader:
         if self._fetcher is not None and self._fetcher_pid == os.getpid():
             self._fetcher.close()
         self._fetcher = None  # one inherited by a forked worker is dropped as it is: its threads are the parent's
+        self._next_epoch = None
 
     def __enter__(self) -> Loader:
         return self
@@ -207,10 +220,26 @@ class Loader:
         self.plan.check_offset(state["offset"])
         self.epoch, self.offset, self._skip = state["epoch"], state["offset"], frozenset(state["skip"])
 
-    def _batch_numbers(self) -> list[int]:
-        """Batches (counted from the offset) this shard yields in the rest of the epoch."""
+    def _batch_numbers(self, offset: int | None = None, skip: frozenset[int] | None = None) -> list[int]:
+        """Batches (counted from the offset) this shard yields in the rest of the epoch (from this loader's position,
+        or from `offset` skipping `skip`)."""
+        offset = self.offset if offset is None else offset
+        skip = self._skip if skip is None else skip
         index, count = self.options.shard
-        return [b for b in range(index, self.plan.batch_count(self.offset), count) if b not in self._skip]
+        return [b for b in range(index, self.plan.batch_count(offset), count) if b not in skip]
+
+    def _adopt_next_epoch(self, fetcher: Fetcher, epoch: int, start: int) -> list[tuple[int, int, np.ndarray]]:
+        """The batches submitted ahead for this epoch, if the position is still where they were meant to start; ones
+        no longer wanted (the position moved: set_epoch, load_state_dict) are taken and dropped."""
+        next_epoch, self._next_epoch = self._next_epoch, None
+        if next_epoch is None or next_epoch.fetcher is not fetcher:
+            return []  # none, or their fetcher is closed
+        if (next_epoch.epoch, start, self._skip) == (epoch, 0, frozenset()):
+            return next_epoch.batches
+        for ticket, _, _ in next_epoch.batches:
+            with contextlib.suppress(*ring_failures()):
+                fetcher.take(ticket)
+        return []
 
     # -- iteration -----------------------------------------------------------------------------------------------
 
@@ -223,6 +252,14 @@ class Loader:
         fetcher = self._open_fetcher()
         in_flight: dict[int, tuple[int, np.ndarray]] = {}  # ticket → (batch number, sample indices)
         order: collections.deque[int] = collections.deque()
+        for ticket, number, batch in self._adopt_next_epoch(fetcher, epoch, start):
+            numbers.popleft()  # the same numbers, from the start of this epoch
+            in_flight[ticket] = (number, batch)
+            order.append(ticket)
+        # The next epoch's first batches, submitted once this one is (in order only: out of order, take() could
+        # return them here), so that the next epoch starts with a full window rather than an empty pipeline.
+        upcoming: list[tuple[int, int, np.ndarray]] = []
+        upcoming_plan: list = []  # [its batches, its batch numbers], made when first needed
 
         def submit() -> None:
             # `prefetch` batches at least; more while the reader's window wants them (a long link needs many).
@@ -233,7 +270,17 @@ class Loader:
                 fetcher.submit(ticket, self.source.uuids[batch].tobytes())
                 in_flight[ticket] = (number, batch)
                 order.append(ticket)
-            self.stats.max_batches_in_flight = max(self.stats.max_batches_in_flight, len(in_flight))
+            if not numbers and not self.options.out_of_order:
+                if not upcoming_plan:
+                    upcoming_plan.extend((self.plan.batches(epoch + 1),
+                                          collections.deque(self._batch_numbers(0, frozenset()))))
+                next_batches, next_numbers = upcoming_plan
+                while next_numbers and fetcher.wants_more:
+                    number = next_numbers.popleft()
+                    ticket = next(self._tickets)
+                    fetcher.submit(ticket, self.source.uuids[next_batches[number]].tobytes())
+                    upcoming.append((ticket, number, next_batches[number]))
+            self.stats.max_batches_in_flight = max(self.stats.max_batches_in_flight, len(in_flight) + len(upcoming))
 
         submit()
         try:
@@ -264,6 +311,8 @@ class Loader:
         finally:
             if in_flight:  # abandoned mid-epoch: batches still in flight belong to no one
                 self.close()
+            elif upcoming:
+                self._next_epoch = _NextEpoch(epoch + 1, fetcher, upcoming)
         self.set_epoch(epoch + 1)
 
     def _open_fetcher(self):

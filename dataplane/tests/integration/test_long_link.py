@@ -125,3 +125,22 @@ def test_elastic_resume_with_another_world_size(dataset, far_address):
         loader.load_state_dict(state)
         read += uuids_of(loader)
     assert sorted(read) == sorted(u.tobytes() for u in dataset.uuids)
+
+
+def test_the_next_epoch_read_ahead_is_that_epoch_or_dropped(dataset, far_address):
+    options = LoaderOptions(batch_size=16, seed=6, with_uuids=True)
+
+    def alone(epoch: int) -> list[bytes]:
+        loader = Loader.from_source(dataset, options=options)
+        loader.set_epoch(epoch)
+        return uuids_of(loader)
+
+    loader = Loader.from_source(far(dataset, far_address), options=options)
+    assert uuids_of(loader) == alone(0)  # epoch 1's first batches are read meanwhile
+    assert uuids_of(loader) == alone(1)
+    loader.set_epoch(7)  # what was read ahead for epoch 2 is not wanted now
+    assert uuids_of(loader) == alone(7)
+    resumed = Loader.from_source(far(dataset, far_address), options=options)
+    uuids_of(resumed)
+    resumed.load_state_dict({**loader.state_dict(), "epoch": 3, "offset": 48})
+    assert uuids_of(resumed) == alone(3)[48:]
