@@ -9,9 +9,9 @@ client (decoded 224×224 and stored bytes), each consumer touching every batch o
 first not timed (it absorbs the read-ahead each side did while the other ran). The ratio is the median over rounds
 of the paired rates. The client's copies are counted: every array must be a view of a slot.
 
-bench-train (`--train`): a small CNN (SGD steps on decoded 64×64 batches, torch on one core, the sidecar decoding on
-the other) fed through the sidecar vs the same loop on one synthetic batch held in memory (the seed metric of the Alluxio/ResNet-50 study: steps/s with real data over
-steps/s with synthetic data). Rounds alternate the two.
+bench-train (`--train`): a small CNN (SGD steps on decoded 64×64 batches, torch on one core, the sidecar decoding
+on the other) fed through the sidecar vs the same loop on one synthetic batch held in memory (the seed metric of the
+Alluxio/ResNet-50 study: steps/s with real data over steps/s with synthetic data). Rounds alternate the two.
 
 Ends with one BAR line per bar.
 """
