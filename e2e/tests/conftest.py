@@ -162,7 +162,9 @@ def release(cluster: Cluster):
     finally:
         cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", check=False, timeout=180)
         cluster.kubectl("delete", "crd", *CRDS, "--ignore-not-found", "--wait=true", check=False, timeout=120)
-        cluster.kubectl("delete", "namespace", SYSTEM, "--ignore-not-found", "--wait=false", check=False)
+        # Gone before the next module installs the chart again (a terminating namespace refuses new objects).
+        cluster.kubectl("delete", "namespace", SYSTEM, "--ignore-not-found", "--wait=true", "--timeout=150s",
+                        check=False, timeout=180)
 
 
 @pytest.fixture(scope="module")

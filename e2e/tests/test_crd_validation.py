@@ -558,11 +558,14 @@ COLUMNS = {
                ("Samples", 0, lambda o: o.get("status", {}).get("samples")),
                ("Parts", 0, lambda o: o.get("status", {}).get("partNames")),
                ("Hash", 1, lambda o: o.get("status", {}).get("contentHash"))],
-    "trainingjobs": [("Name", 0, lambda o: o["metadata"]["name"]), ("Ready", 0, ready),
+    "trainingjobs": [("Name", 0, lambda o: o["metadata"]["name"]),
+                     ("Phase", 0, lambda o: o.get("status", {}).get("phase")), ("Ready", 0, ready),
                      ("Split", 0, lambda o: o["spec"]["split"]["name"]),
                      ("Part", 0, lambda o: o["spec"]["split"]["part"]),
                      ("Replicas", 0, lambda o: o["spec"]["replicas"]),
-                     ("Epoch", 0, lambda o: o.get("status", {}).get("epoch"))],
+                     ("Epoch", 0, lambda o: o.get("status", {}).get("epoch")),
+                     ("Samples", 0, lambda o: o.get("status", {}).get("samplesDelivered")),
+                     ("Rate", 1, lambda o: o.get("status", {}).get("samplesPerSecond"))],
 }
 
 
@@ -578,7 +581,8 @@ def test_printer_columns_category_and_short_names(cluster: Cluster, crds: Api, n
         "conditions": [condition("Ready", "True", "Computed")], "samples": 1100, "partNames": "train,val,test",
         "contentHash": "9f86d081884c7d65"})
     crds.patch_status(namespace, "TrainingJob", "resnet-slides", {
-        "conditions": [condition("Ready", "False", "Pending")], "epoch": 3})
+        "conditions": [condition("Ready", "False", "Pending")], "phase": "Pending", "epoch": 3,
+        "samplesDelivered": 640, "samplesPerSecond": 120})
 
     for plural, columns in COLUMNS.items():
         table = server_table(cluster, namespace, plural)
@@ -587,14 +591,14 @@ def test_printer_columns_category_and_short_names(cluster: Cluster, crds: Api, n
         [row] = table["rows"]
         assert row["cells"][:-1] == [cell(row["object"]) for _, _, cell in columns], plural
         assert row["cells"][-1].endswith("s")   # Age, e.g. "2s"
-    assert server_table(cluster, namespace, "trainingjobs")["rows"][0]["cells"][2:5] == ["by-patient", "train", 2]
+    assert server_table(cluster, namespace, "trainingjobs")["rows"][0]["cells"][3:6] == ["by-patient", "train", 2]
 
     out = cluster.kubectl("get", "datasets,splits,trainingjobs", "-n", namespace).stdout
     tables = [[line.split() for line in block.splitlines()] for block in out.strip().split("\n\n")]
     assert [table[0] for table in tables] == [
         ["NAME", "READY", "SAMPLES", "LABELS", "SPLITS", "AGE"],
         ["NAME", "READY", "DATASET", "SAMPLES", "PARTS", "AGE"],
-        ["NAME", "READY", "SPLIT", "PART", "REPLICAS", "EPOCH", "AGE"]], out
+        ["NAME", "PHASE", "READY", "SPLIT", "PART", "REPLICAS", "EPOCH", "SAMPLES", "AGE"]], out
     assert [table[1][0] for table in tables] == [
         "dataset.ringfeed.io/slides", "split.ringfeed.io/by-patient", "trainingjob.ringfeed.io/resnet-slides"], out
     wide = cluster.kubectl("get", "rfds,rfsplit", "-n", namespace, "-o", "wide").stdout.splitlines()
