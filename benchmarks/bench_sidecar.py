@@ -135,7 +135,7 @@ def handoff(host: str, source: LoaderSource, tmp: Path, rounds: int, threads: in
     return worst, copies / batches
 
 
-def train(host: str, tmp: Path, rounds: int, steps: int) -> float:
+def train(host: str, tmp: Path, rounds: int, steps: int, node_pid: int) -> float:
     """Training steps/s fed by the sidecar over steps/s on one synthetic in-memory batch (median of rounds)."""
     import torch
 
@@ -159,6 +159,10 @@ def train(host: str, tmp: Path, rounds: int, steps: int) -> float:
         optimizer.step()
 
     sidecar = Sidecar(host, tmp / "feed-train", "--batch-size", "64", "--decode", "64x64", "--decode-threads", "1")
+    # The ring runs on machines of its own in a deployment: here its node yields the cores to the step and the
+    # sidecar (nice 19), so the ratio shows the feed's cost, not this machine's third tenant.
+    for thread in Path(f"/proc/{node_pid}/task").iterdir():  # niceness is per thread on Linux
+        os.setpriority(os.PRIO_PROCESS, int(thread.name), 19)
     real = iter(tensors(_forever(sidecar.feed)))
     synthetic = (torch.randint(0, 256, (64, 64, 64, 3), dtype=torch.uint8), torch.randint(0, 10, (64,)))
 
@@ -207,7 +211,7 @@ def main() -> int:
             settle(ring, source.keyspace)
         print(f"{os.cpu_count()} cores; sidecar and loader with {args.threads} decode thread(s)")
         if args.train:
-            bars = [("train_vs_synthetic", train(ring.hosts[0], tmp, args.rounds, args.steps))]
+            bars = [("train_vs_synthetic", train(ring.hosts[0], tmp, args.rounds, args.steps, ring.pid(1)))]
         else:
             ratio, copied = handoff(ring.hosts[0], source, tmp, args.rounds, args.threads)
             bars = [("sidecar_vs_inprocess", ratio)]
