@@ -143,7 +143,7 @@ def test_samples_are_accepted_and_defaulted(crds: Api, namespace: str):
 
     job = crds.create(namespace, sample("TrainingJob"))
     loader = job["spec"]["loader"]
-    assert loader["batchSize"] == 64 and loader["prefetch"] == 2 and loader["concurrency"] == 64
+    assert loader["batchSize"] == 64 and loader["prefetch"] == 2 and loader["concurrency"] == 128
     assert loader["decodeThreads"] == 0 and loader["missing"] == "raise" and loader["consistency"] == "ONE"
     assert loader["decode"] == {"mode": "image", "width": 224, "height": 224, "channels": 3, "resize": "crop"}
     assert job["spec"]["suspend"] is False
@@ -180,7 +180,7 @@ def test_minimal_objects_get_every_default(crds: Api, namespace: str):
     assert spec["split"] == {"name": "cv5", "part": "train"}
     assert spec["replicas"] == 1 and spec["epochs"] == 1 and spec["suspend"] is False
     assert spec["loader"] == {
-        "batchSize": 64, "shuffle": True, "seed": 0, "remainder": "pad", "prefetch": 2, "concurrency": 64,
+        "batchSize": 64, "shuffle": True, "seed": 0, "remainder": "pad", "prefetch": 2, "concurrency": 128,
         "decodeThreads": 0, "missing": "raise", "consistency": "ONE",
         "decode": {"mode": "none", "channels": 3, "resize": "crop"}}
 

@@ -44,7 +44,7 @@ def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> lis
         f"--epochs={spec.get('epochs', 1)}", "--rank=$(RANK)", f"--world-size={spec.get('replicas', 1)}",
         f"--batch-size={loader.get('batchSize', 64)}", f"--seed={loader.get('seed', 0)}",
         f"--remainder={loader.get('remainder', 'pad')}", f"--prefetch={loader.get('prefetch', 2)}",
-        f"--concurrency={loader.get('concurrency', 64)}", f"--decode-threads={loader.get('decodeThreads', 0)}",
+        f"--concurrency={loader.get('concurrency', 128)}", f"--decode-threads={loader.get('decodeThreads', 0)}",
         f"--missing={loader.get('missing', 'raise')}", f"--consistency={loader.get('consistency', 'ONE')}",
         f"--feed-dir={FEED_DIR}", f"--http-port={SIDECAR_PORT}", f"--kept-positions={POSITIONS_DIR}/positions",
     ]
