@@ -135,3 +135,20 @@ def store(cassandra_node):
 def dataset_name():
     """A fresh, valid dataset name per test."""
     return "t_" + uuid.uuid4().hex[:12]
+
+
+def ingest_demo_slides(store, name: str, folder: Path, split: str = "s") -> None:
+    """The demo slide set (6 patients) as dataset `name`, made again, with a 3:1 split (train, val) by patient."""
+    from ringfeed.demo import make_demo_set
+    from ringfeed.ingest import ingest
+    from ringfeed.schema import Column, DatasetSchema, Encoding
+    from ringfeed.splits import SplitSpec, create_split
+
+    if name in {d.schema.name for d in store.datasets()}:  # left by an earlier run with RINGFEED_TEST_KEEP=1
+        store.drop_dataset(name, force=True)
+    demo = make_demo_set(folder, patients=6)
+    store.create_dataset(DatasetSchema(
+        name, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
+        Encoding("jpeg"), metadata=(Column("scanner", "text"),)))
+    ingest(store, name, str(demo.manifest))
+    create_split(store, name, split, SplitSpec(ratios=(3, 1), names=("train", "val"), group_by=("patient_id",)))

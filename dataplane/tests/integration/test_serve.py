@@ -19,13 +19,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ringfeed import Decode, Loader
-from ringfeed.demo import make_demo_set
-from ringfeed.ingest import ingest
-from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.serve import wait_for_socket
-from ringfeed.splits import SplitSpec, create_split, load_split
+from ringfeed.splits import load_split
 from ringfeed.store import Store
 from ringfeed_client import Blobs, Feed, FeedError
+
+from conftest import ingest_demo_slides
 
 NAME = "serve_slides"
 BATCH = 8
@@ -35,14 +34,7 @@ PORTS = iter(range(18480, 18600))
 @pytest.fixture(scope="module")
 def slides(cassandra_node, tmp_path_factory):
     with Store(cassandra_node.address) as store:
-        if NAME in {d.schema.name for d in store.datasets()}:
-            store.drop_dataset(NAME, force=True)
-        demo = make_demo_set(tmp_path_factory.mktemp("serve"), patients=6)
-        store.create_dataset(DatasetSchema(
-            NAME, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
-            Encoding("jpeg"), metadata=(Column("scanner", "text"),)))
-        ingest(store, NAME, str(demo.manifest))
-        create_split(store, NAME, "s", SplitSpec(ratios=(3, 1), names=("train", "val"), group_by=("patient_id",)))
+        ingest_demo_slides(store, NAME, tmp_path_factory.mktemp("serve"))
         yield store
 
 

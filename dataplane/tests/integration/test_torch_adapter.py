@@ -7,13 +7,12 @@ import pytest
 import torch
 
 from ringfeed import Decode
-from ringfeed.demo import make_demo_set
 from ringfeed.errors import RingfeedError
-from ringfeed.ingest import ingest
-from ringfeed.schema import Column, DatasetSchema, Encoding
-from ringfeed.splits import SplitSpec, create_split, load_split
+from ringfeed.splits import load_split
 from ringfeed.store import Store
 from ringfeed.torch import DataLoader, RingfeedDataset
+
+from conftest import ingest_demo_slides
 
 NAME = "torch_slides"
 
@@ -21,14 +20,7 @@ NAME = "torch_slides"
 @pytest.fixture(scope="module")
 def torch_store(cassandra_node, tmp_path_factory):
     with Store(cassandra_node.address) as store:
-        if NAME in {d.schema.name for d in store.datasets()}:
-            store.drop_dataset(NAME, force=True)
-        demo = make_demo_set(tmp_path_factory.mktemp("torch"), patients=6)
-        store.create_dataset(DatasetSchema(
-            NAME, (Column("patient_id", "text"), Column("slide_num", "int"), Column("x", "int"), Column("y", "int")),
-            Encoding("jpeg"), metadata=(Column("scanner", "text"),)))
-        ingest(store, NAME, str(demo.manifest))
-        create_split(store, NAME, "s", SplitSpec(ratios=(3, 1), names=("train", "val"), group_by=("patient_id",)))
+        ingest_demo_slides(store, NAME, tmp_path_factory.mktemp("torch"))
         yield store
 
 
