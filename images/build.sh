@@ -2,7 +2,7 @@
 # Build Ringfeed's images from the Dockerfiles under images/ with buildah (no Docker engine, no registry), export
 # them as OCI archives into $RINGFEED_CACHE/images and import them into the local cluster's containerd when it runs.
 #
-#   build.sh all      base (once), pause, wheels, every images/*/Dockerfile, export, import
+#   build.sh all      base (once), pause, wheels, every images/*/Dockerfile, the ring's images, export, import
 #   build.sh wheels   only the wheelhouses that are the Dockerfiles' build contexts (for a Docker build elsewhere)
 #
 # RUN steps use chroot isolation in the host's network namespace: no bridge, no NAT rule, no netns is created.
@@ -17,6 +17,11 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/dataplane/pyproject.toml")
 base=localhost/ringfeed/base:bookworm
 pause=localhost/ringfeed/pause:1.0
 images=(dataplane operator trainer)
+# A Ring's images, built from the source tarballs in third_party/ (images/k8ssandra/): cass-operator and
+# k8ssandra-client's `config build` (static Go binaries, FROM scratch) and Cassandra 5.0.9 with MAAC.
+cass_operator=localhost/ringfeed/cass-operator:v1.32.0
+k8ssandra_client=localhost/ringfeed/k8ssandra-client:v0.9.0
+cassandra_maac=localhost/ringfeed/cassandra-maac:5.0.9
 
 setup_buildah() {
     command -v buildah >/dev/null || { echo "error: buildah missing; run: e2e/cluster/install-packages.sh" >&2; exit 1; }
@@ -93,6 +98,62 @@ export_image() { # image, archive: rewritten only when the image changed
     rm -f "$2" && buildah push --quiet "$1" "oci-archive:$2:$1" && echo "$id" >"$2.id"
 }
 
+build_once() { # name, script, key files…: $cache/<name> made by the script, again only when a key file changed
+    local out=$cache/$1 key; key=$(key_of "$2" "${@:3}")
+    [[ $(cat "$out.key" 2>/dev/null) == "$key" ]] && return 0
+    rm -rf "$out" "$out.key"
+    timed "$1" "$2" "$out"
+    echo "$key" >"$out.key"
+}
+
+static_image() { # image, binary, its path in the image (as the upstream image has it): alone FROM scratch, non-root
+    local container; container=$(buildah from scratch)
+    buildah copy --quiet --chmod 0755 "$container" "$2" "$3" >/dev/null
+    buildah config --os linux --arch amd64 --entrypoint "[\"$3\"]" --user 65532:65532 "$container"
+    buildah commit --rm --quiet "$container" "$1" >/dev/null
+}
+
+build_cassandra_maac() { # the context of images/cassandra-maac/Dockerfile: Cassandra's jars, MAAC's, bin/, conf/
+    local context=$cache/cassandra-maac-context
+    rm -rf "$context" && mkdir -p "$context/lib" "$context/mgmtapi"
+    cp -r "$here/cassandra-maac/"{bin,conf} "$context/"
+    cp "$RINGFEED_CACHE"/cassandra-5.0.9/lib/*.jar "$cache"/k8ssandra-maac/netty-codec-http-*.jar "$context/lib/"
+    cp "$cache"/k8ssandra-maac/datastax-mgmtapi-*.jar "$context/mgmtapi/"
+    tar -xzOf "$repo"/third_party/management-api-for-apache-cassandra-*.tar.gz --wildcards \
+        '*/cassandra/scripts/docker-entrypoint.sh' >"$context/docker-entrypoint.sh"
+    buildah bud --quiet --layers --pull=never --isolation chroot --build-arg BASE="$base" \
+        -f "$here/cassandra-maac/Dockerfile" -t "$cassandra_maac" "$context" >/dev/null
+    rm -rf "$context"  # 330 MB of jars, copied again for the next build
+}
+
+ring_images() { # cass-operator, its config builder and the Cassandra + MAAC image, each rebuilt when its sources change
+    local k8s=$here/k8ssandra crds=$repo/charts/ringfeed/files/cass-operator/crds.yaml key
+    build_once k8ssandra-go "$k8s/build-go.sh" "$repo"/third_party/{cass-operator,k8ssandra-client}-*.tar.gz \
+        "$k8s"/cfgbuild/*
+    build_once k8ssandra-maac "$k8s/build-maac.sh" "$repo"/third_party/management-api-for-apache-cassandra-*.tar.gz
+    # The chart carries cass-operator's CRDs as rendered from the tarball: a new tarball must bring them along.
+    cmp -s "$cache/k8ssandra-go/crds.yaml" "$crds" || {
+        echo "error: $crds differs from the CRDs of third_party/cass-operator-*: cp $cache/k8ssandra-go/crds.yaml $crds" >&2
+        exit 1
+    }
+    key=$(cat "$cache/k8ssandra-go.key" "$cache/k8ssandra-maac.key" <(ls "$store"/base.*) "$here/build.sh" \
+          <(cd "$here" && find cassandra-maac -type f | sort | xargs sha256sum) | sha256sum | cut -c1-16)
+    if [[ $(cat "$cache/ring-images.key" 2>/dev/null) != "$key" ]]; then
+        timed cass-operator static_image "$cass_operator" "$cache/k8ssandra-go/cass-operator" /manager
+        timed k8ssandra-client static_image "$k8ssandra_client" "$cache/k8ssandra-go/kubectl-k8ssandra" \
+            /kubectl-k8ssandra
+        timed cassandra-maac build_cassandra_maac
+        timed "export ring images" export_ring_images
+        echo "$key" >"$cache/ring-images.key"
+    fi
+}
+
+export_ring_images() {
+    export_image "$cass_operator" "$cache/cass-operator.oci.tar"
+    export_image "$k8ssandra_client" "$cache/k8ssandra-client.oci.tar"
+    export_image "$cassandra_maac" "$cache/cassandra-maac.oci.tar"
+}
+
 sources_key() { # everything the wheels and images are made from
     (cd "$repo" && find dataplane/pyproject.toml dataplane/ringfeed dataplane/native/src dataplane/native/Cargo.* \
         operator/pyproject.toml operator/ringfeed_operator client/pyproject.toml client/ringfeed_client images/base \
@@ -119,6 +180,7 @@ all() {
     else
         echo "images: sources unchanged since the last build, archives reused"
     fi
+    ring_images
     "$repo/e2e/cluster/cluster.sh" import-if-running
     echo "images: $(du -sh --apparent-size "$cache"/*.oci.tar | awk '{printf "%s %s  ", $2, $1}')"
 }
