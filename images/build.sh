@@ -181,6 +181,9 @@ all() {
         echo "images: sources unchanged since the last build, archives reused"
     fi
     ring_images
+    # A rebuilt image leaves its previous version and build stages untagged (~5 GB a round for the three Python
+    # images): the exported archives are what the cluster imports, so they go.
+    buildah rmi --prune >/dev/null
     "$repo/e2e/cluster/cluster.sh" import-if-running
     echo "images: $(du -sh --apparent-size "$cache"/*.oci.tar | awk '{printf "%s %s  ", $2, $1}')"
 }
