@@ -200,6 +200,11 @@ class Fetcher:
         """Requests retried after a transient failure (timeouts, broken connections, unavailable replicas) since
         this fetcher was made, counted as they happen: those of a batch that then failed count too."""
 
+    @property
+    def buffers_allocated(self) -> int:
+        """Batch buffers allocated (or grown) since this fetcher was made, because no released one was free and
+        large enough; the others were reused."""
+
 def decode_image(encoded: bytes, height: int, width: int, channels: int = 3, crop: bool = True) -> Buffer:
     """The loader's decoder on one JPEG/PNG: uint8 (height, width, channels). Raises ValueError if it cannot."""
 

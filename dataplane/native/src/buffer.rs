@@ -1,6 +1,7 @@
 //! Batch buffers: owned bytes that Python reads through the buffer protocol without a copy, pooled for reuse.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
@@ -73,6 +74,8 @@ pub(crate) struct BufferPool {
     free: Mutex<Vec<Vec<u8>>>,
     /// Bytes (of capacity) the released buffers kept may hold in all.
     keep_bytes: usize,
+    /// Buffers handed out that had to be allocated or grown (none free was large enough).
+    allocated: AtomicU64,
 }
 
 impl BufferPool {
@@ -81,7 +84,13 @@ impl BufferPool {
         Self {
             free: Mutex::new(Vec::new()),
             keep_bytes,
+            allocated: AtomicU64::new(0),
         }
+    }
+
+    /// Buffers handed out so far that were allocated or grown rather than reused as they were.
+    pub(crate) fn allocated(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
     }
 
     /// A buffer of `len` initialised bytes (their values are stale).
@@ -110,7 +119,11 @@ impl BufferPool {
             .filter(|&i| free[i].capacity() >= capacity)
             .min_by_key(|&i| free[i].capacity());
         let chosen = fitting.or_else(|| (0..free.len()).max_by_key(|&i| free[i].capacity()));
-        chosen.map(|i| free.swap_remove(i)).unwrap_or_default()
+        let buffer = chosen.map(|i| free.swap_remove(i)).unwrap_or_default();
+        if buffer.capacity() < capacity {
+            self.allocated.fetch_add(1, Ordering::Relaxed);
+        }
+        buffer
     }
 
     /// Keeps a released buffer; when it does not fit, it replaces the smallest one if that makes room.
@@ -144,7 +157,9 @@ mod tests {
         pool.give(Vec::with_capacity(100));
         assert!(pool.take_empty(50).capacity() >= 100);
         assert!(pool.take_empty(50).capacity() >= 1000, "the larger one is left");
+        assert_eq!(pool.allocated(), 0);
         assert_eq!(pool.take_empty(50).capacity(), 50, "the pool is empty: a fresh buffer");
+        assert_eq!(pool.allocated(), 1);
     }
 
     #[test]

@@ -256,6 +256,12 @@ impl Fetcher {
         self.shared.retries.load(Ordering::Relaxed)
     }
 
+    /// Batch buffers allocated (or grown) because no released one was free and large enough.
+    #[getter]
+    fn buffers_allocated(&self) -> u64 {
+        self.shared.pool.allocated()
+    }
+
     /// Starts reading the samples whose UUIDs are `uuids` (16 bytes each, concatenated); returns at once.
     fn submit(&self, ticket: u64, uuids: &Bound<'_, PyBytes>) -> PyResult<()> {
         let raw = uuids.as_bytes();

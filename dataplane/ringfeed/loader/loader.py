@@ -50,6 +50,8 @@ class LoaderStats:
     """Read requests retried after a transient failure, counted as they happen (also those of a batch that then
     failed)."""
     wait_s: float = 0.0
+    buffers_allocated: int = 0
+    """Batch buffers allocated rather than reused from the pool of released ones."""
     max_batches_in_flight: int = 0
     """The most batches submitted and not yet handed over at once (the reader's window decides, see
     ``LoaderOptions.memory_bytes``)."""
@@ -155,7 +157,7 @@ class Loader:
         self._tickets = itertools.count()
         self._fetcher = None
         self._fetcher_pid = None
-        self._retries_before_fetcher = 0
+        self._counted_before_fetcher = (0, 0)  # retries, buffers allocated: a fetcher counts its own from zero
         self._next_epoch: _NextEpoch | None = None
 
     def window_stats(self) -> WindowStats | None:
@@ -293,7 +295,9 @@ class Loader:
                                           f"{self.source.keyspace}.data_by_uuid", self.source.address.where) from None
                 finally:
                     self.stats.wait_s += time.perf_counter() - started
-                    self.stats.retries = self._retries_before_fetcher + fetcher.retries
+                    retries, buffers = self._counted_before_fetcher
+                    self.stats.retries = retries + fetcher.retries
+                    self.stats.buffers_allocated = buffers + fetcher.buffers_allocated
                 order.remove(fetched.ticket)
                 number, batch = in_flight.pop(fetched.ticket)
                 submit()  # keep the window full before handing the batch over
@@ -337,7 +341,7 @@ class Loader:
                 raise ring_error(exc, f"opening {self.source.keyspace}.data_by_uuid",
                                  self.source.address.where) from None
             self._fetcher_pid = os.getpid()
-            self._retries_before_fetcher = self.stats.retries  # a fetcher counts its own retries from zero
+            self._counted_before_fetcher = (self.stats.retries, self.stats.buffers_allocated)
         return self._fetcher
 
     def _convert(self, fetched, batch: np.ndarray) -> tuple:

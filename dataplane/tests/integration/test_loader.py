@@ -365,11 +365,11 @@ def test_batch_buffers_are_recycled_once_released(module_store, slides):
     # 8 × 640×640×3 bytes decoded per batch: the smallest memory bound (32 MiB) holds a few batches at once.
     loader = Loader(name, "by-patient", "train", batch_size=8, store=module_store, decode=Decode(640, 640),
                     prefetch=2, memory_bytes=32 * 2**20)
-    addresses = []
+    batches = 0
     for x, _ in loader:
-        addresses.append(x.__array_interface__["data"][0])
+        batches += 1
         del x  # the training step is done with the batch
-    # Without the pool every batch would have its own buffer; with it, only the batches in flight at once do.
-    # In flight, plus the one being handed over (and one of slack).
-    assert len(addresses) > 20 and loader.stats.max_batches_in_flight < 10
-    assert len(set(addresses)) <= loader.stats.max_batches_in_flight + 2
+    # Without the pool every batch would allocate its buffer; with it, about the batches alive at once do (in
+    # flight, being handed over, held by the consumer; the pool keeps `memory_bytes` of released ones).
+    assert batches > 20 and loader.stats.max_batches_in_flight < 10
+    assert 0 < loader.stats.buffers_allocated <= batches // 3
