@@ -3,8 +3,10 @@ options, rendered into a Job's environment, so the operator, its Jobs and the CL
 
 A ``RingRef`` holds no secret: hashable and printable, it keys caches and travels in a Job's environment. What logs
 in is resolved by whoever holds it (``RingRef.login``): the CLI from its options, the operator from the Secrets
-``RingSecrets`` names. ``connect`` is the one way the operator opens a ring, the seam a provisioned (K8ssandra) ring
-plugs into.
+``RingSecrets`` names. ``connect`` is the one way the operator opens a ring.
+
+Two kinds of ring: ``external`` (contact points) and ``ring`` (a Ring object of the Dataset's namespace, which the
+operator provisions through cass-operator; ``ProvisionedRing`` names what it is made of).
 """
 
 from __future__ import annotations
@@ -33,11 +35,54 @@ JOB_TLS_CA_FILE = "/etc/ringfeed/tls/ca.crt"  # where a Job finds the nodes' CA 
 
 
 def _external(storage: Mapping) -> Mapping:
-    """spec.storage.external: the only kind of ring this release reaches."""
+    """spec.storage.external, the ring of a Dataset without spec.storage.ring."""
     if "external" not in storage:
-        raise StorageNotSupported("spec.storage.k8ssandra: K8ssandra-provisioned rings come in a later Ringfeed "
-                                  "release; use spec.storage.external")
+        raise StorageNotSupported("spec.storage.k8ssandra: a K8ssandraCluster is not a kind of ring Ringfeed "
+                                  "reaches; use spec.storage.ring (a Ring the operator provisions) or "
+                                  "spec.storage.external")
     return storage["external"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProvisionedRing:
+    """A Ring object and the names of what the operator makes of it through cass-operator: the Cassandra cluster
+    and its one datacenter (a CassandraDatacenter), both named after the Ring, the Service its clients connect to,
+    and the Secrets of the superuser and of the read-only role."""
+
+    name: str
+
+    @property
+    def datacenter(self) -> str:
+        """The CassandraDatacenter's name, its Cassandra datacenter's and its cluster's."""
+        return self.name
+
+    @property
+    def service(self) -> str:
+        """cass-operator's Service of the datacenter's ready nodes: <cluster>-<datacenter>-service (headless)."""
+        return f"{self.name}-{self.datacenter}-service"
+
+    def host(self, namespace: str | None) -> str:
+        """The Service's host name: qualified by the namespace where one is given (the operator runs in its own),
+        relative otherwise (a Pod of the Ring's namespace resolves it through its DNS search path)."""
+        return f"{self.service}.{namespace}.svc" if namespace else self.service
+
+    @property
+    def superuser_secret(self) -> str:
+        return f"{self.name}-superuser"
+
+    @property
+    def reader_secret(self) -> str:
+        return f"{self.name}-reader"
+
+    @property
+    def superuser_role(self) -> str:
+        """The superuser's role in Cassandra (the superuser Secret's username)."""
+        return f"{self.name.replace('-', '_')}_superuser"
+
+    @property
+    def reader_role(self) -> str:
+        """The read-only role's name in Cassandra (the reader Secret's username)."""
+        return f"{self.name.replace('-', '_')}_reader"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +115,13 @@ class RingRef:
         return cls(tuple(h.strip() for h in hosts.split(",") if h.strip()), number, local_dc or None, tls)
 
     @classmethod
-    def from_spec(cls, storage: Mapping) -> RingRef:
-        """A Dataset's spec.storage (the schema has validated it); StorageNotSupported for a K8ssandra ring."""
+    def from_spec(cls, storage: Mapping, namespace: str | None = None) -> RingRef:
+        """A Dataset's spec.storage (the schema has validated it); StorageNotSupported for a K8ssandraCluster. A
+        Ring is reached through its Service, in ``namespace`` (the Dataset's) when given (see
+        ``ProvisionedRing.host``), and its datacenter is the local one."""
+        if "ring" in storage:
+            ring = ProvisionedRing(storage["ring"]["name"])
+            return cls((ring.host(namespace),), DEFAULT_PORT, ring.datacenter, False)
         external = _external(storage)
         return cls(tuple(external["contactPoints"]), external.get("port", DEFAULT_PORT),
                    external.get("localDatacenter") or None, bool((external.get("tls") or {}).get("enabled")))
@@ -126,14 +176,24 @@ class CredentialsSecret:
 @dataclasses.dataclass(frozen=True)
 class RingSecrets:
     """Where a Dataset keeps what logs in to its ring: Secrets the operator reads, and its Jobs get as
-    ``secretKeyRef`` variables and a mounted CA certificate."""
+    ``secretKeyRef`` variables and a mounted CA certificate.
+
+    ``credentials`` may write (the operator, ingest and split Jobs); ``reader`` only reads (a loader): the read-only
+    role of a Ring, or the same credentials on an external ring.
+    """
 
     credentials: CredentialsSecret | None = None
     ca_certificate: SecretKey | None = None
+    reader: CredentialsSecret | None = None
 
     @classmethod
     def from_spec(cls, storage: Mapping) -> RingSecrets:
-        """spec.storage.external.credentialsSecret and tls.caSecret, defaults filled in."""
+        """spec.storage.external.credentialsSecret and tls.caSecret, defaults filled in; a Ring's superuser and
+        reader Secrets."""
+        if "ring" in storage:
+            ring = ProvisionedRing(storage["ring"]["name"])
+            return cls(credentials=CredentialsSecret(ring.superuser_secret),
+                       reader=CredentialsSecret(ring.reader_secret))
         external = _external(storage)
         credentials = external.get("credentialsSecret")
         tls = external.get("tls") or {}
@@ -143,6 +203,11 @@ class RingSecrets:
             ca_certificate=(SecretKey(tls["caSecret"]["name"], tls["caSecret"].get("key", "ca.crt"))
                             if tls.get("enabled") else None),
         )
+
+    @property
+    def read_only(self) -> CredentialsSecret | None:
+        """What a loader logs in with: the reader where there is one, else the credentials."""
+        return self.reader or self.credentials
 
 
 @contextlib.contextmanager

@@ -297,6 +297,12 @@ class Store:
         for statement in catalog_ddl(replication_factor):
             self.session.execute(statement)
 
+    def grant_read(self, role: str, keyspace: str) -> None:
+        """Let `role` read `keyspace` and the catalog, and nothing else: the login of a loader, which reads a
+        dataset's samples and splits and writes nothing (needs an authorizer on the ring and a superuser here)."""
+        for readable in (keyspace, CATALOG_KEYSPACE):
+            self.session.execute(f'GRANT SELECT ON KEYSPACE {readable} TO "{role}"')
+
     def catalog_has(self, table: str, column: str | None = None) -> bool:
         meta = self._cluster.metadata.keyspaces.get(CATALOG_KEYSPACE)
         return meta is not None and table in meta.tables and (column is None or column in meta.tables[table].columns)

@@ -28,7 +28,19 @@ from ringfeed.connection import ClusterAddress
 from ringfeed.local import LocalRing, RingSettings
 from ringfeed.store import Store
 
-from kubecluster import CACHE, CHART, CRDS, LOCAL_VALUES, RELEASE, REPO, RING_ADDRESS_PREFIX, STATE, SYSTEM, Cluster
+from kubecluster import (
+    CACHE,
+    CASS_OPERATOR_CRDS,
+    CHART,
+    CRDS,
+    LOCAL_VALUES,
+    RELEASE,
+    REPO,
+    RING_ADDRESS_PREFIX,
+    STATE,
+    SYSTEM,
+    Cluster,
+)
 
 CLUSTER_SCRIPT = REPO / "e2e" / "cluster" / "cluster.sh"
 ARTIFACTS = Path(os.environ.get("RINGFEED_ARTIFACTS", REPO / "artifacts"))
@@ -161,7 +173,8 @@ def release(cluster: Cluster):
         yield RELEASE
     finally:
         cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", check=False, timeout=180)
-        cluster.kubectl("delete", "crd", *CRDS, "--ignore-not-found", "--wait=true", check=False, timeout=120)
+        cluster.kubectl("delete", "crd", *CRDS, *CASS_OPERATOR_CRDS, "--ignore-not-found", "--wait=true", check=False,
+                        timeout=120)
         # Gone before the next module installs the chart again (a terminating namespace refuses new objects).
         cluster.kubectl("delete", "namespace", SYSTEM, "--ignore-not-found", "--wait=true", "--timeout=150s",
                         check=False, timeout=180)
@@ -178,8 +191,9 @@ def ns(cluster: Cluster, release, request):
     if request.session.testsfailed:
         cluster.dump(name, ARTIFACTS / request.module.__name__)
         cluster.dump(SYSTEM, ARTIFACTS / f"{request.module.__name__}-system")
-    # Splits before Datasets: the deletion guards would hold the Datasets otherwise.
-    for plural in ("trainingjobs", "splits", "datasets"):
+    # Splits before Datasets, Datasets before Rings: the deletion guards would hold them otherwise. A Ring's nodes
+    # are gone (cass-operator's finalizer) before the release's uninstall takes cass-operator away.
+    for plural in ("trainingjobs", "splits", "datasets", "rings"):
         cluster.kubectl("delete", plural, "--all", "-n", name, "--wait=true", "--timeout=120s", check=False,
                         timeout=150)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

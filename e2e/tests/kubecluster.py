@@ -23,7 +23,10 @@ CHART = REPO / "charts" / "ringfeed"
 LOCAL_VALUES = REPO / "e2e" / "values-local.yaml"
 RELEASE, SYSTEM = "ringfeed", "ringfeed-system"
 GROUP, VERSION = "ringfeed.io", "v1alpha1"
-CRDS = ("datasets.ringfeed.io", "splits.ringfeed.io", "trainingjobs.ringfeed.io")
+CRDS = ("datasets.ringfeed.io", "splits.ringfeed.io", "trainingjobs.ringfeed.io", "rings.ringfeed.io")
+# The chart's cass-operator CRDs, kept on uninstall like Ringfeed's own.
+CASS_OPERATOR_CRDS = ("cassandradatacenters.cassandra.datastax.com", "cassandratasks.control.k8ssandra.io",
+                      "scheduledtasks.control.k8ssandra.io")
 
 
 class Cluster:

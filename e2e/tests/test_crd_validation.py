@@ -22,9 +22,9 @@ from kubernetes import client
 from kubecluster import REPO, Cluster
 
 CRDS = REPO / "crds"
-CRD_FILES = [CRDS / f"ringfeed.io_{plural}.yaml" for plural in ("datasets", "splits", "trainingjobs")]
+CRD_FILES = [CRDS / f"ringfeed.io_{plural}.yaml" for plural in ("datasets", "splits", "trainingjobs", "rings")]
 GROUP, VERSION = "ringfeed.io", "v1alpha1"
-PLURALS = {"Dataset": "datasets", "Split": "splits", "TrainingJob": "trainingjobs"}
+PLURALS = {"Dataset": "datasets", "Split": "splits", "TrainingJob": "trainingjobs", "Ring": "rings"}
 DELETE = object()  # a mutation that removes the field
 
 
@@ -150,6 +150,10 @@ def test_samples_are_accepted_and_defaulted(crds: Api, namespace: str):
     # The Pod template is kept whole, unknown fields included.
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
 
+    ring = crds.create(namespace, sample("Ring"))["spec"]
+    assert ring["serverVersion"] == "5.0.9" and ring["allowMultipleNodesPerWorker"] is False
+    assert ring["autoscaling"]["metric"] == "ReadsPerSecondPerNode" and ring["autoscaling"]["windowSeconds"] == 120
+
     stored = crds.get(namespace, "Dataset", "slides")
     assert stored["spec"] == spec and stored["metadata"]["generation"] == 1
 
@@ -172,6 +176,12 @@ def test_minimal_objects_get_every_default(crds: Api, namespace: str):
                                     "metadata": {"name": "cv5"}, "spec": {"dataset": "minimal", "folds": 5}})
     assert split["spec"] == {"dataset": "minimal", "folds": 5, "balance": {"mode": "natural"}, "maxSamples": 0,
                              "seed": 0}
+
+    ring = crds.create(namespace, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Ring", "metadata": {"name": "minimal"},
+                                   "spec": {}})
+    assert ring["spec"] == {"nodes": 1, "minNodes": 1, "maxNodes": 3, "serverVersion": "5.0.9",
+                            "allowMultipleNodesPerWorker": False, "heapSize": "1Gi", "storage": {"size": "10Gi"},
+                            "cooldownSeconds": 60}
 
     job = crds.create(namespace, {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": "minimal"},
@@ -214,9 +224,13 @@ def test_docs_show_the_samples_as_they_are(crds: Api):
 BAD = [
     # Dataset: storage
     ("Dataset", "storage-both-kinds", {"spec.storage.k8ssandra": {"clusterName": "demo"}},
-     "spec.storage: set exactly one of external or k8ssandra"),
+     "spec.storage: set exactly one of ring, external or k8ssandra"),
     ("Dataset", "storage-no-kind", {"spec.storage.external": DELETE},
-     "spec.storage: set exactly one of external or k8ssandra"),
+     "spec.storage: set exactly one of ring, external or k8ssandra"),
+    ("Dataset", "storage-ring-and-external", {"spec.storage.ring": {"name": "images"}},
+     "spec.storage: set exactly one of ring, external or k8ssandra"),
+    ("Dataset", "storage-ring-name-too-long",
+     {"spec.storage.external": DELETE, "spec.storage.ring": {"name": "r" * 19}}, "spec.storage.ring.name: Too long"),
     ("Dataset", "contact-points-empty", {"spec.storage.external.contactPoints": []},
      "contactPoints in body should have at least 1 items"),
     ("Dataset", "contact-point-with-comma", {"spec.storage.external.contactPoints": ["a,b"]},
@@ -381,6 +395,24 @@ BAD = [
     ("TrainingJob", "trainer-claim-without-name",
      {"spec.template.spec.containers.0.resources": {"claims": [{"request": "gpu"}]}},
      "spec.template.spec.containers[0].resources.claims[0].name: Required value"),
+    # Ring
+    ("Ring", "name-too-long", {"metadata.name": "r" * 19}, "metadata.name: a Ring's name is its Cassandra cluster's"),
+    ("Ring", "name-starts-with-digit", {"metadata.name": "1images"},
+     "metadata.name: a Ring's name is its Cassandra cluster's"),
+    ("Ring", "min-above-max", {"spec.minNodes": 5}, "spec.minNodes must not exceed spec.maxNodes"),
+    ("Ring", "nodes-above-max", {"spec.nodes": 5}, "spec.nodes must lie within spec.minNodes and spec.maxNodes"),
+    ("Ring", "min-nodes-0", {"spec.minNodes": 0}, "spec.minNodes in body should be greater than or equal to 1"),
+    ("Ring", "server-version-4", {"spec.serverVersion": "4.1.5"}, 'Unsupported value: "4.1.5"'),
+    ("Ring", "heap-not-a-quantity", {"spec.heapSize": "4 GB"}, "spec.heapSize in body should match"),
+    ("Ring", "storage-size-not-a-quantity", {"spec.storage.size": "lots"}, "spec.storage.size in body should match"),
+    ("Ring", "autoscaling-bounds-crossed", {"spec.autoscaling.scaleDownBelow": 50000},
+     "spec.autoscaling.scaleDownBelow must be lower than scaleUpAbove"),
+    ("Ring", "autoscaling-metric-unknown", {"spec.autoscaling.metric": "CpuPercent"},
+     'Unsupported value: "CpuPercent"'),
+    ("Ring", "autoscaling-window-5s", {"spec.autoscaling.windowSeconds": 5},
+     "windowSeconds in body should be greater than or equal to 10"),
+    ("Ring", "resources-not-a-quantity", {"spec.resources.requests.cpu": "two"},
+     "spec.resources.requests.cpu in body should match"),
 ]
 
 

@@ -94,24 +94,42 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     assert ("Deployment", "ringfeed") in kinds and ("ServiceAccount", "ringfeed") in kinds
     for crd in (d for d in documents if d["kind"] == "CustomResourceDefinition"):
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    granted = {(group, resource, verb) for role in documents if role["kind"] == "ClusterRole"
+    operator_roles = [d for d in documents if d["kind"] == "ClusterRole"
+                      and d["metadata"]["labels"].get("app.kubernetes.io/component") != "cass-operator"]
+    granted = {(group, resource, verb) for role in operator_roles
                for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
                for verb in rule["verbs"]}
-    watched = ("datasets", "splits", "trainingjobs")
+    watched = ("datasets", "splits", "trainingjobs", "rings")
     needed = {("ringfeed.io", kind, verb) for kind in watched for verb in ("get", "list", "watch", "patch")}
     needed |= {("ringfeed.io", f"{kind}/status", "patch") for kind in watched}
     needed |= {("ringfeed.io", f"{kind}/finalizers", "update") for kind in watched}
-    needed |= {("", "pods", "list"), ("", "pods/log", "get"), ("", "secrets", "get"), ("", "events", "create"),
-               ("", "services", "get"), ("", "services", "create")}
+    needed |= {("ringfeed.io", "rings/scale", "patch")}
+    needed |= {("cassandra.datastax.com", "cassandradatacenters", verb) for verb in ("get", "create", "patch",
+                                                                                    "delete")}
+    needed |= {("control.k8ssandra.io", "cassandratasks", verb) for verb in ("list", "create")}
+    needed |= {("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "create"), ("", "services", "get"),
+               ("", "services", "create")}
+    needed |= {("", "secrets", verb) for verb in ("get", "create", "patch")}
     needed |= {("batch", "jobs", verb) for verb in ("get", "list", "create", "delete", "patch")}
     needed |= {("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")}
     needed |= {("", "namespaces", verb) for verb in ("get", "list", "watch")}
     assert granted == needed  # exactly what the operator and kopf use: nothing missing, nothing more
-    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    deployment = next(d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "ringfeed")
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     pod = deployment["spec"]["template"]["spec"]
     assert "hostNetwork" not in pod
     assert "--job-image=localhost/ringfeed/dataplane:0.1.0" in pod["containers"][0]["args"]
+    assert "--ring-image=localhost/ringfeed/cassandra-maac:5.0.9" in pod["containers"][0]["args"]
+    # cass-operator comes with the chart (its CRDs, Deployment, RBAC, image configuration) unless one exists.
+    cass_operator = {(d["kind"], d["metadata"]["name"]) for d in documents
+                     if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "cass-operator"}
+    assert {("Deployment", "ringfeed-cass-operator"), ("ConfigMap", "ringfeed-cass-operator-images"),
+            ("CustomResourceDefinition", "cassandradatacenters.cassandra.datastax.com")} <= cass_operator | kinds
+    without = [d for d in yaml.safe_load_all(cluster.helm("template", RELEASE, str(CHART), "-n", SYSTEM, "--set",
+                                                          "cassOperator.enabled=false").stdout) if d]
+    names = {d["metadata"]["name"] for d in without}
+    assert "rings.ringfeed.io" in names  # the Ring CRD stays; cass-operator is someone else's
+    assert not {"ringfeed-cass-operator", "cassandradatacenters.cassandra.datastax.com"} & names
     # A namespaced install binds the same rules per watched namespace instead of cluster-wide.
     scoped = cluster.helm("template", RELEASE, str(CHART), "-n", SYSTEM, "--set",
                           "operator.watchNamespaces={team-a,team-b}").stdout

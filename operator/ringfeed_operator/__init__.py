@@ -1,2 +1,1 @@
-"""Ringfeed's Kubernetes operator (kopf): reconciles Dataset and Split objects. The TrainingJob CRD is installed
-with them, but no controller acts on TrainingJobs yet."""
+"""Ringfeed's Kubernetes operator (kopf): reconciles Dataset, Split, TrainingJob and Ring objects."""

@@ -6,7 +6,7 @@ import dataclasses
 import click
 
 from ringfeed_operator import main as operator
-from ringfeed_operator.config import Config, JobResourcesError, JobsConfig, parse_job_resources
+from ringfeed_operator.config import Config, JobResourcesError, JobsConfig, RingsConfig, parse_job_resources
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,12 +34,15 @@ from ringfeed_operator.config import Config, JobResourcesError, JobsConfig, pars
                    'that replaces the role\'s default, e.g. \'{"split": {"requests": {"cpu": "1", "memory": '
                    '"4Gi"}}}\'. Default: ingest 1 CPU / 1Gi requested, 4Gi limit; split 1 CPU / 2Gi requested, '
                    "8Gi limit.")
+@click.option("--ring-image", default=RingsConfig.image, show_default=True,
+              help="Cassandra image with the Management API (MAAC) of the Rings' nodes, unless a Ring's spec.image "
+                   "names another.")
 @click.option("--verbose", "-v", is_flag=True, help="Log every handler call and API request.")
 def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, job_image: str,
          job_image_pull_policy: str, job_service_account: str, job_backoff_limit: int,
          job_allow_host_path: bool,
-         job_resources: str | None, verbose: bool) -> None:
-    """Reconcile Ringfeed's Dataset and Split objects (TrainingJob has a CRD but no controller yet).
+         job_resources: str | None, ring_image: str, verbose: bool) -> None:
+    """Reconcile Ringfeed's Dataset, Split, TrainingJob and Ring objects.
 
     Inside a cluster the service account's credentials are used; outside, the current kubeconfig context.
 
@@ -59,4 +62,4 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
         except JobResourcesError as error:
             raise click.BadParameter(str(error), param_hint="--job-resources") from None
     operator.run(Config(watch_namespaces=namespaces, metrics_port=metrics_port, health_port=health_port, bind=bind,
-                        verbose=verbose, jobs=jobs))
+                        verbose=verbose, jobs=jobs, rings=RingsConfig(image=ring_image)))

@@ -40,8 +40,16 @@ class JobsConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class RingsConfig:
+    """The Rings the operator provisions through cass-operator (chart values `rings.*`)."""
+
+    # rings.image.repository:tag — Cassandra with the Management API, unless a Ring's spec.image names another.
+    image: str = "ghcr.io/k8ssandra/cass-management-api:5.0.9-ubi"
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
-    """Everything `ringfeed-operator` is told at its start (chart values `operator.*` and `jobs.*`)."""
+    """Everything `ringfeed-operator` is told at its start (chart values `operator.*`, `jobs.*` and `rings.*`)."""
 
     # operator.watchNamespaces — empty: every namespace.
     watch_namespaces: tuple[str, ...] = ()
@@ -55,6 +63,8 @@ class Config:
     verbose: bool = False
     # jobs.*
     jobs: JobsConfig = dataclasses.field(default_factory=JobsConfig)
+    # rings.*
+    rings: RingsConfig = dataclasses.field(default_factory=RingsConfig)
 
 
 class JobResourcesError(ValueError):

@@ -6,19 +6,21 @@ import dataclasses
 
 from ringfeed_operator.config import Config
 from ringfeed_operator.kube import Kube
+from ringfeed_operator.loads import RingLoads
 from ringfeed_operator.metrics import Metrics
 from ringfeed_operator.rings import Rings
 
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """The settings, the API client, the open ring connections and the metrics. kopf gives each object a shallow
-    copy: the members themselves are shared."""
+    """The settings, the API client, the open ring connections, the Rings' read load and the metrics. kopf gives
+    each object a shallow copy: the members themselves are shared."""
 
     config: Config
     kube: Kube
     rings: Rings
     metrics: Metrics
+    loads: RingLoads = dataclasses.field(default_factory=RingLoads)
 
     @classmethod
     def start(cls, config: Config) -> Context:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import kubernetes
-from kubernetes.client import V1Job, V1Pod, V1Service
+from kubernetes.client import V1Job, V1Pod, V1Secret, V1Service
 from kubernetes.client.exceptions import ApiException
 
 GROUP = "ringfeed.io"
@@ -18,6 +18,7 @@ VERSION = "v1alpha1"
 DATASETS = (GROUP, VERSION, "datasets")
 SPLITS = (GROUP, VERSION, "splits")
 TRAININGJOBS = (GROUP, VERSION, "trainingjobs")
+RINGS = (GROUP, VERSION, "rings")
 
 
 class SecretNotFound(Exception):
@@ -106,6 +107,78 @@ class Kube:
             if error.status != 409:
                 raise
             return False
+
+    def ensure_secret(self, namespace: str, manifest: dict) -> bool:
+        """Create the Secret unless it exists (its values are kept: a Ring's passwords are made once); → created."""
+        try:
+            self._core.create_namespaced_secret(namespace, cast(V1Secret, manifest))
+            return True
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            return False
+
+    def release_secret(self, namespace: str, name: str, finalizer: str) -> None:
+        """Take `finalizer` off a Secret (gone or without it: nothing to do)."""
+        try:
+            secret = self._core.read_namespaced_secret(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return
+            raise
+        meta = cast(kubernetes.client.V1ObjectMeta, secret.metadata)
+        if finalizer in (meta.finalizers or ()):
+            # The resourceVersion makes a concurrent change of the list fail (409) rather than be overwritten.
+            kept = [f for f in meta.finalizers or () if f != finalizer]
+            self._core.patch_namespaced_secret(name, namespace, {"metadata": {
+                "finalizers": kept, "resourceVersion": meta.resource_version}})
+
+    def read_custom(self, group_version_plural: tuple[str, str, str], namespace: str, name: str) -> dict | None:
+        """An object of another operator's API (a CassandraDatacenter), or None."""
+        try:
+            found = self._custom.get_namespaced_custom_object(*group_version_plural[:2], namespace,
+                                                              group_version_plural[2], name)
+            return cast(dict[str, Any], found)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list_custom(self, group_version_plural: tuple[str, str, str], namespace: str, selector: str) -> list[dict]:
+        listed = self._custom.list_namespaced_custom_object(*group_version_plural[:2], namespace,
+                                                            group_version_plural[2], label_selector=selector)
+        return cast(dict[str, Any], listed)["items"]
+
+    def create_custom(self, group_version_plural: tuple[str, str, str], namespace: str, manifest: dict) -> bool:
+        """Create the object unless one of its name exists; → created."""
+        try:
+            self._custom.create_namespaced_custom_object(*group_version_plural[:2], namespace,
+                                                         group_version_plural[2], manifest)
+            return True
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            return False
+
+    def patch_custom(self, group_version_plural: tuple[str, str, str], namespace: str, name: str,
+                     patch: dict) -> None:
+        """A JSON merge patch (the client sends a dict body as one)."""
+        self._custom.patch_namespaced_custom_object(*group_version_plural[:2], namespace, group_version_plural[2],
+                                                    name, patch)
+
+    def delete_custom(self, group_version_plural: tuple[str, str, str], namespace: str, name: str) -> None:
+        """Delete the object (already gone: nothing to do)."""
+        try:
+            self._custom.delete_namespaced_custom_object(*group_version_plural[:2], namespace,
+                                                         group_version_plural[2], name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def scale_ring(self, namespace: str, name: str, nodes: int) -> None:
+        """Set a Ring's spec.nodes through its scale subresource, as kubectl scale and an HPA do."""
+        self._custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, "rings", name,
+                                                          {"spec": {"replicas": nodes}})
 
     def pods(self, namespace: str, selector: str) -> list[dict]:
         return [self._api.sanitize_for_serialization(pod)

@@ -16,9 +16,9 @@ import prometheus_client
 
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context
-from ringfeed_operator.handlers import dataset, split, trainingjob
+from ringfeed_operator.handlers import dataset, ring, split, trainingjob
 from ringfeed_operator.handlers.common import POLL_S
-from ringfeed_operator.kube import DATASETS, SPLITS, TRAININGJOBS
+from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS
 from ringfeed_operator.metrics import counted
 
 # Annotations and the finalizer carry Ringfeed's domain.
@@ -130,3 +130,30 @@ def reconcile_trainingjob(**kwargs) -> None:
 @counted("TrainingJob")
 def watch_trainingjob(**kwargs) -> None:
     trainingjob.watch(**kwargs)
+
+
+# -- Ring ------------------------------------------------------------------------------------------------------------
+
+@kopf.index(*DATASETS)
+def datasets_by_ring(**kwargs) -> dict:
+    return ring.dataset_index(**kwargs)
+
+
+@kopf.on.create(*RINGS)
+@kopf.on.update(*RINGS, field="spec")
+@kopf.on.resume(*RINGS)
+@counted("Ring")
+def reconcile_ring(**kwargs) -> None:
+    ring.reconcile(**kwargs)
+
+
+@kopf.timer(*RINGS, interval=POLL_S, initial_delay=POLL_S)
+@counted("Ring")
+def watch_ring(**kwargs) -> None:
+    ring.watch(**kwargs)
+
+
+@kopf.on.delete(*RINGS)
+@counted("Ring")
+def delete_ring(**kwargs) -> None:
+    ring.delete(**kwargs)

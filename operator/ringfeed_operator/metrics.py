@@ -24,6 +24,10 @@ class Metrics:
                                    ["namespace", "dataset"], registry=registry)
         self.split_samples = Gauge("ringfeed_split_samples", "Samples per part of a computed Split.",
                                    ["namespace", "split", "part"], registry=registry)
+        self.ring_nodes = Gauge("ringfeed_ring_nodes", "Nodes in a Ring (started, not leaving).",
+                                ["namespace", "ring"], registry=registry)
+        self.ring_steps = Counter("ringfeed_ring_steps_total", "Scaling steps started, by direction (up, down).",
+                                  ["direction"], registry=registry)
 
     def forget_dataset(self, namespace: str, name: str) -> None:
         """A deleted Dataset's series end with it."""
@@ -32,6 +36,13 @@ class Metrics:
                 gauge.remove(namespace, name)
             except KeyError:
                 pass
+
+
+    def forget_ring(self, namespace: str, name: str) -> None:
+        try:
+            self.ring_nodes.remove(namespace, name)
+        except KeyError:
+            pass
 
 
 def counted(kind: str):

@@ -42,7 +42,7 @@ class Rings:
                                                           credentials.password_key)
         if ca := secrets.ca_certificate:
             ca_file = self._ca_file(*self._kube.secret_values(namespace, ca.name, ca.key))
-        return RingRef.from_spec(storage).login(username, password, ca_file)
+        return RingRef.from_spec(storage, namespace).login(username, password, ca_file)
 
     @staticmethod
     def _ca_file(pem: str) -> str:

@@ -81,15 +81,15 @@ def test_a_local_datacenter_reaches_the_operator_and_the_jobs():
 
 def test_a_keyspace_belongs_to_the_earliest_dataset_claiming_it_on_that_ring():
     spec = DATASET["spec"]
-    claimed = ring_keyspace("tumour-slides", spec)
+    claimed = ring_keyspace("ml", "tumour-slides", spec)
     assert claimed == ((("cass-0.db", "cass-1.db"), 9142), "tumour_slides")
     reordered = copy.deepcopy(spec)
     reordered["storage"]["external"]["contactPoints"].reverse()
-    assert ring_keyspace("tumour-slides", reordered) == claimed  # same ring, same keyspace
-    assert ring_keyspace("renamed", {**spec, "keyspace": "tumour_slides"}) == claimed
+    assert ring_keyspace("ml", "tumour-slides", reordered) == claimed  # same ring, same keyspace
+    assert ring_keyspace("ml", "renamed", {**spec, "keyspace": "tumour_slides"}) == claimed
     elsewhere = copy.deepcopy(spec)
     elsewhere["storage"]["external"]["port"] = 9042
-    assert ring_keyspace("tumour-slides", elsewhere) != claimed
+    assert ring_keyspace("ml", "tumour-slides", elsewhere) != claimed
     def claim(namespace, name, created, holds=False, keyspace=None):
         spec_ = {**spec, "keyspace": keyspace} if keyspace else spec
         return keyspace_claim(namespace, name, spec_, {"keyspace": "tumour_slides"} if holds else {},

@@ -62,6 +62,5 @@ def test_bad_job_resources_end_the_command_with_a_usage_error(text: str, message
 def test_help_and_package_say_which_kinds_are_reconciled():
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0
-    assert "Reconcile Ringfeed's Dataset and Split objects (TrainingJob has a CRD but no controller yet)" in \
-        " ".join(result.output.split())
-    assert "no controller acts on TrainingJobs yet" in " ".join(ringfeed_operator.__doc__.split())
+    assert "Reconcile Ringfeed's Dataset, Split, TrainingJob and Ring objects." in " ".join(result.output.split())
+    assert "Dataset, Split, TrainingJob and Ring" in " ".join(ringfeed_operator.__doc__.split())

@@ -51,7 +51,8 @@ def test_a_k8ssandra_dataset_claims_no_keyspace_and_is_told_why():
     assert keyspace_index("ml", "slides", {"storage": K8SSANDRA}, {}, {"creationTimestamp": "x"}) == {}
     memo = Context(config=Config(), kube=None, rings=None, metrics=Metrics(CollectorRegistry()))
     patch = kopf.Patch()
-    with pytest.raises(kopf.PermanentError, match="K8ssandra-provisioned rings come in a later"):
+    with pytest.raises(kopf.PermanentError,
+                       match="a K8ssandraCluster is not a kind of ring Ringfeed reaches; use spec.storage.ring"):
         main.reconcile_dataset(name="slides", namespace="ml", spec={"storage": K8SSANDRA, "schema": SCHEMA},
                                status={}, meta={"generation": 1, "creationTimestamp": "2026-11-22T10:00:00Z"},
                                body={}, memo=memo, patch=patch, splits_by_dataset={}, datasets_by_keyspace={},

@@ -8,12 +8,13 @@ import pytest
 from ringfeed.cli.app import main
 from ringfeed.connection import ClusterAddress
 from ringfeed.errors import RingfeedError, StorageNotSupported
-from ringfeed.ring import JOB_TLS_CA_FILE, CredentialsSecret, RingRef, RingSecrets, SecretKey
+from ringfeed.ring import JOB_TLS_CA_FILE, CredentialsSecret, ProvisionedRing, RingRef, RingSecrets, SecretKey
 
 FULL = {"external": {"contactPoints": ["cass-0.db", "10.0.0.7"], "port": 9142, "localDatacenter": "dc-west",
                      "credentialsSecret": {"name": "cass", "usernameKey": "user", "passwordKey": "pass"},
                      "tls": {"enabled": True, "caSecret": {"name": "ring-ca", "key": "ca.pem"}}}}
 MINIMAL = {"external": {"contactPoints": ["cass-0.db"]}}
+RING = {"ring": {"name": "images"}}
 RING_VARIABLES = ("RINGFEED_HOSTS", "RINGFEED_PORT", "RINGFEED_LOCAL_DC", "RINGFEED_TLS_CA_FILE",
                   "RINGFEED_USERNAME", "RINGFEED_PASSWORD")
 
@@ -35,11 +36,31 @@ def test_spec_storage_is_read_with_its_defaults():
 def test_a_k8ssandra_ring_is_refused_with_what_to_do():
     storage = {"k8ssandra": {"clusterName": "ring"}}
     for parse in (RingRef.from_spec, RingSecrets.from_spec):
-        with pytest.raises(StorageNotSupported, match="spec.storage.k8ssandra: .* use spec.storage.external"):
+        with pytest.raises(StorageNotSupported, match="spec.storage.k8ssandra: .* use spec.storage.ring .* or "
+                                                      "spec.storage.external"):
             parse(storage)
 
 
-@pytest.mark.parametrize("storage", [FULL, MINIMAL], ids=["full", "minimal"])
+def test_a_ring_is_reached_through_its_service_in_its_datacenter():
+    # The operator, in its own namespace, names the Service fully; a Job or loader Pod of the Ring's namespace
+    # resolves the relative name through its DNS search path.
+    assert RingRef.from_spec(RING, "ml") == RingRef(("images-images-service.ml.svc",), 9042, "images", tls=False)
+    assert RingRef.from_spec(RING) == RingRef(("images-images-service",), 9042, "images", tls=False)
+    assert RingRef.from_spec(RING, "ml").identity != RingRef.from_spec(RING, "other").identity
+    ring = ProvisionedRing("images")
+    assert (ring.datacenter, ring.superuser_role, ring.reader_role) == ("images", "images_superuser", "images_reader")
+    assert ProvisionedRing("tumour-slides").reader_role == "tumour_slides_reader"  # a CQL identifier
+
+
+def test_a_ring_logs_in_as_its_superuser_and_loaders_as_its_reader():
+    secrets = RingSecrets.from_spec(RING)
+    assert secrets == RingSecrets(CredentialsSecret("images-superuser"), None, CredentialsSecret("images-reader"))
+    assert secrets.read_only == CredentialsSecret("images-reader")
+    # An external ring has one login for both.
+    assert RingSecrets.from_spec(FULL).read_only == RingSecrets.from_spec(FULL).credentials
+
+
+@pytest.mark.parametrize("storage", [FULL, MINIMAL, RING], ids=["full", "minimal", "ring"])
 def test_the_jobs_read_back_the_ring_the_operator_wrote(storage, monkeypatch):
     ring = RingRef.from_spec(storage)
     env = ring.to_env()

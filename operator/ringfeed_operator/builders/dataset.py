@@ -18,10 +18,10 @@ def catalog_name(name: str, spec: dict) -> str:
     return spec.get("keyspace") or name.replace("-", "_")
 
 
-def ring_keyspace(name: str, spec: dict) -> tuple:
-    """The (ring, keyspace) a Dataset's tables live in, as far as specs tell rings apart; StorageNotSupported for
-    a ring this release cannot reach (no tables of it live anywhere)."""
-    return RingRef.from_spec(spec["storage"]).identity, catalog_name(name, spec)
+def ring_keyspace(namespace: str, name: str, spec: dict) -> tuple:
+    """The (ring, keyspace) a Dataset's tables live in, as far as specs tell rings apart (a Ring by its namespace
+    and name); StorageNotSupported for a ring this release cannot reach (no tables of it live anywhere)."""
+    return RingRef.from_spec(spec["storage"], namespace).identity, catalog_name(name, spec)
 
 
 def keyspace_claim(namespace: str, name: str, spec: dict, status: dict, meta: dict) -> tuple:

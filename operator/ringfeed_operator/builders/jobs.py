@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ringfeed_operator.builders.meta import (
+    LABEL_COMPONENT,
+    LABEL_DATASET,
+    LABEL_MANAGED_BY,
+    LABEL_SPLIT,
+    MANAGER,
+    owner_reference,
+)
 from ringfeed_operator.builders.ring import ring_env, ring_volumes
 from ringfeed_operator.config import JobsConfig
 
-LABEL_DATASET = "ringfeed.io/dataset"
-LABEL_SPLIT = "ringfeed.io/split"
-LABEL_COMPONENT = "app.kubernetes.io/component"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "ringfeed-operator"
 SOURCE_MOUNT = "/data"
 TTL_SECONDS_AFTER_FINISHED = 86400  # a finished Job, its Pods and their logs stay a day
 MAX_NAME = 63  # a Job's name becomes a Pod label value
@@ -20,12 +23,6 @@ MAX_NAME = 63  # a Job's name becomes a Pod label value
 def job_name(owner: str, role: str, suffix: str) -> str:
     tail = f"-{role}-{suffix}"
     return owner[: MAX_NAME - len(tail)].rstrip("-.") + tail
-
-
-def owner_reference(body: dict) -> dict:
-    """Deleting the owner deletes the Job (and its Pods) through the garbage collector."""
-    return {"apiVersion": body["apiVersion"], "kind": body["kind"], "name": body["metadata"]["name"],
-            "uid": body["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
 def _job(name: str, owner: dict, labels: dict, container: dict, config: JobsConfig,
@@ -71,7 +68,7 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, config: JobsC
         arguments.append("--full-decode")
     tls_volumes, tls_mounts = ring_volumes(spec["storage"])
     container = {
-        "name": "ingest", "command": ["ringfeed"], "args": arguments, "env": ring_env(spec["storage"]),
+        "name": "ingest", "command": ["ringfeed"], "args": arguments, "env": ring_env(spec["storage"], writes=True),
         "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}, *tls_mounts],
         "resources": ingest.get("resources") or config.resources.get("ingest", {}),
     }
@@ -88,7 +85,7 @@ def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str
     tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"])
     container = {"name": "split", "command": ["ringfeed"],
                  "args": ["split", "create", catalog_name, name, *arguments],
-                 "env": ring_env(dataset["spec"]["storage"]), "volumeMounts": tls_mounts,
+                 "env": ring_env(dataset["spec"]["storage"], writes=True), "volumeMounts": tls_mounts,
                  "resources": config.resources.get("split", {})}
     return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, config,
                 tls_volumes)

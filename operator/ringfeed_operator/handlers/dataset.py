@@ -14,7 +14,7 @@ import datetime as dt
 import kopf
 
 from ringfeed.errors import DatasetNotFound, RingfeedError, StorageNotSupported
-from ringfeed.ring import ring_errors
+from ringfeed.ring import CredentialsSecret, RingSecrets, ring_errors
 from ringfeed.store import Store
 from ringfeed_operator.builders.dataset import (
     catalog_name,
@@ -43,7 +43,7 @@ def keyspace_index(namespace: str, name: str, spec: dict, status: dict, meta: di
     """Datasets by the (ring, keyspace) they claim, with their rank as claimants: who owns a keyspace. A Dataset on
     a kind of ring this release cannot reach claims none."""
     try:
-        return {ring_keyspace(name, spec): keyspace_claim(namespace, name, spec, status, meta)}
+        return {ring_keyspace(namespace, name, spec): keyspace_claim(namespace, name, spec, status, meta)}
     except StorageNotSupported:
         return {}
 
@@ -51,7 +51,7 @@ def keyspace_index(namespace: str, name: str, spec: dict, status: dict, meta: di
 def _keyspace_owner(namespace: str, name: str, spec: dict, status: dict, meta: dict, index: kopf.Index) -> tuple:
     """(namespace, name) of the Dataset owning this one's keyspace on its ring (this one's own claim included, in
     case the index has not seen it yet)."""
-    claims = index.get(ring_keyspace(name, spec), ())
+    claims = index.get(ring_keyspace(namespace, name, spec), ())
     return keyspace_owner([*claims, keyspace_claim(namespace, name, spec, status, meta)])
 
 
@@ -101,10 +101,25 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
             event(body, "TablesAdopted", f"dataset {schema.name!r} is already on the ring: "
                                          f"{existing.samples:,} samples")
     patch.status["keyspace"] = schema.keyspace
+    if reader := RingSecrets.from_spec(spec["storage"]).reader:
+        _grant_read(namespace, reader, schema.keyspace, store, memo, patch, conditions, generation)
     if spec.get("ingest"):
         _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch, conditions)
     _observe(name, namespace, spec, {**status, **patch.status}, meta, body, store, memo, patch, conditions,
              len(splits_by_dataset.get((namespace, name), ())), force_refresh=True)
+
+
+def _grant_read(namespace: str, reader: CredentialsSecret, keyspace: str, store: Store, memo: Context,
+                patch: kopf.Patch, conditions: Conditions, generation: int) -> None:
+    """The ring's read-only role (a Ring's loaders log in with it) may read the dataset and the catalog."""
+    try:
+        role, = memo.kube.secret_values(namespace, reader.name, reader.username_key)
+        with ring_errors(store.address, f"granting {role} SELECT on {keyspace}"):
+            store.grant_read(role, keyspace)
+    except SecretNotFound as error:  # the Ring's reconcile makes it: soon
+        give_up(patch, conditions, generation, "SecretNotFound", str(error), permanent=False)
+    except RingfeedError as error:  # cass-operator creates the role once the ring runs: soon
+        give_up(patch, conditions, generation, "RingUnreachable", str(error), permanent=False)
 
 
 def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo: Context, patch,

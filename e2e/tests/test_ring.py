@@ -1,0 +1,358 @@
+"""Ring on the real local cluster: the chart's cass-operator runs the CassandraDatacenter a Ring becomes (Cassandra
+5.0.9 with the Management API, built from third_party/); a Dataset is ingested into it and read through the Pod
+network by a loader logged in as the Ring's read-only role, epoch after epoch, while the ring grows by a node and
+shrinks back: by `kubectl scale` (cass-operator killed mid-join, Ringfeed's operator mid-decommission), then by
+the autoscaler reacting to the loader's reads. No read fails, every epoch delivers every sample once with its
+bytes, every sample is checked against its source file after each step, and a sample deleted between the steps
+stays deleted.
+
+The local node has no volume provisioner: the module makes a StorageClass and hostPath PersistentVolumes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from cassandra import Unauthorized
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import Cluster as CqlCluster
+from kubernetes import client
+
+from ringfeed.connection import ClusterAddress
+from ringfeed.loader import Loader
+from ringfeed.splits import load_split
+from ringfeed.store import Store
+
+from conftest import TEST_STATE
+from kubecluster import GROUP, SYSTEM, VERSION, Cluster
+from test_operator import condition, create, events, get, wait_ready
+
+RING = "images"
+DATASET, SPLIT = "ring-slides", "ring-by-patient"
+CATALOG = DATASET.replace("-", "_")
+STORAGE_CLASS = "ringfeed-e2e-local"
+VOLUMES = 4  # every node that joins gets a new volume: 1 → 2 → 1 → 2 → 1 takes three, one spare
+# make bench-ring-scale: where the benchmark scenario writes its measurements (unset: the scenario is skipped).
+BENCH_OUT = os.environ.get("RINGFEED_BENCH_RING_SCALE")
+NODE_START_S = 420  # a Cassandra node starts in about 100 s on two idle cores; bootstraps and cleanups add to it
+
+
+@pytest.fixture(scope="module")
+def volumes(cluster: Cluster):
+    """A StorageClass without a provisioner and hostPath PersistentVolumes in world-writable folders (Cassandra runs
+    as uid 999); deleted at the end, their folders with them."""
+    storage = client.StorageV1Api(cluster.api)
+    root = TEST_STATE / "ring-volumes"
+    shutil.rmtree(root, ignore_errors=True)
+    storage.create_storage_class(client.V1StorageClass(
+        metadata=client.V1ObjectMeta(name=STORAGE_CLASS), provisioner="kubernetes.io/no-provisioner",
+        volume_binding_mode="WaitForFirstConsumer", reclaim_policy="Retain"))
+    names = []
+    for index in range(VOLUMES):
+        folder = root / f"pv-{index}"
+        folder.mkdir(parents=True)
+        folder.chmod(0o777)
+        name = f"ringfeed-e2e-ring-{index}"
+        cluster.core.create_persistent_volume(client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "2Gi"}, access_modes=["ReadWriteOnce"], storage_class_name=STORAGE_CLASS,
+                persistent_volume_reclaim_policy="Retain",
+                host_path=client.V1HostPathVolumeSource(path=str(folder), type="Directory"))))
+        names.append(name)
+    yield names
+    for name in names:
+        cluster.core.delete_persistent_volume(name)
+    storage.delete_storage_class(STORAGE_CLASS)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def ring_manifest(nodes: int = 1, **spec) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Ring", "metadata": {"name": RING},
+        "spec": {"nodes": nodes, "minNodes": 1, "maxNodes": 2, "allowMultipleNodesPerWorker": True,
+                 "heapSize": "512Mi", "cooldownSeconds": 5,
+                 "resources": {"requests": {"cpu": "200m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+                 "storage": {"storageClassName": STORAGE_CLASS, "size": "1Gi"}, **spec},
+    }
+
+
+def secret_login(cluster: Cluster, ns: str, name: str) -> tuple[str, str]:
+    data = cluster.core.read_namespaced_secret(name, ns).data
+    return tuple(base64.b64decode(data[key]).decode() for key in ("username", "password"))  # type: ignore[return-value]
+
+
+def node_ips(cluster: Cluster, ns: str) -> tuple[str, ...]:
+    pods = cluster.core.list_namespaced_pod(ns, label_selector=f"cassandra.datastax.com/datacenter={RING}").items
+    return tuple(p.status.pod_ip for p in pods if p.status.pod_ip and not p.metadata.deletion_timestamp)
+
+
+def wait_settled(cluster: Cluster, ns: str, nodes: int) -> dict:
+    """The Ring once it has `nodes` nodes, all Ready, no step under way, and (after a scale-up) the cleanup done."""
+    def settled():
+        ring = get(cluster, ns, "rings", RING) or {}
+        status = ring.get("status") or {}
+        last = status.get("lastStep") or {}
+        done = (status.get("nodes") == nodes == status.get("readyNodes") and ring["spec"]["nodes"] == nodes
+                and condition(ring, "Scaling").get("status") == "False" and last.get("finishedAt")
+                and (last["to"] < last["from"] or last.get("cleanupDoneAt")))
+        return ring if done else None
+    return cluster.wait(f"ring {RING} settled at {nodes} nodes", settled, timeout_s=NODE_START_S + 180)
+
+
+class Reader(threading.Thread):
+    """Epoch after epoch of a split part through the native loader, until stopped: each must deliver every
+    sample of the part once, with the bytes of its source file. A failed read is recorded, then reading goes on."""
+
+    def __init__(self, address: ClusterAddress, part_uuids: list[bytes], digests: dict[bytes, str] | None = None,
+                 pause_s: float = 0.02):
+        """digests: UUID → sha256 of each sample's bytes, checked when given."""
+        super().__init__(daemon=True)
+        self.address, self.digests, self.part = address, digests, sorted(part_uuids)
+        self.pause_s = pause_s
+        self.stopping = threading.Event()
+        self.epochs = 0
+        self.samples = 0
+        self.failures: list[str] = []
+        self.timeline: list[tuple[float, int]] = []  # (time.time(), samples) of each batch
+
+    def run(self) -> None:
+        loader = None
+        while not self.stopping.is_set():
+            try:
+                loader = loader or Loader(CATALOG, SPLIT, "train", address=self.address, batch_size=4,
+                                          with_uuids=True, seed=self.epochs)
+                seen = []
+                for blobs, _, uuids in loader:
+                    for index, sample in enumerate(uuids):
+                        key = sample.tobytes()
+                        if self.digests and hashlib.sha256(blobs[index]).hexdigest() != self.digests.get(key):
+                            self.failures.append(f"epoch {self.epochs}: sample {uuid.UUID(bytes=key)}: wrong bytes")
+                        seen.append(key)
+                    self.samples += len(uuids)
+                    self.timeline.append((time.time(), len(uuids)))
+                    time.sleep(self.pause_s)  # a trainer's step; leaves the two cores to the ring's nodes too
+                if sorted(seen) != self.part:
+                    self.failures.append(f"epoch {self.epochs}: {len(seen)} samples, {len(set(seen))} distinct, "
+                                         f"{len(self.part)} in the part")
+                self.epochs += 1
+            except Exception as error:  # noqa: BLE001  (any failure of a read is what this counts)
+                self.failures.append(f"epoch {self.epochs}: {type(error).__name__}: {error}")
+                loader = None
+                time.sleep(0.5)
+        if loader is not None:
+            loader.close()
+
+    def stop(self) -> Reader:
+        self.stopping.set()
+        self.join(timeout=60)
+        return self
+
+
+@pytest.fixture(scope="module")
+def ring(cluster: Cluster, ns: str, volumes, source: Path) -> dict:
+    """The Ring (one node), its Dataset ingested from `source` and a Split of it, Ready."""
+    create(cluster, ns, "rings", ring_manifest())
+    ring = wait_ready(cluster, ns, "rings", RING, timeout_s=NODE_START_S)
+    create(cluster, ns, "datasets", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Dataset", "metadata": {"name": DATASET},
+        "spec": {"storage": {"ring": {"name": RING}},
+                 "schema": {"naturalKeys": [{"name": "path", "type": "text"}],
+                            "metadata": [{"name": "patient_id", "type": "text"}],
+                            "encoding": {"kind": "jpeg"}, "labelNames": ["normal", "tumor"]},
+                 "ingest": {"source": {"volume": {"hostPath": {"path": str(source), "type": "Directory"}},
+                                       "path": "manifest.csv"},
+                            "format": "manifest", "workers": 2, "concurrency": 16}}})
+    wait_ready(cluster, ns, "datasets", DATASET, timeout_s=300)
+    create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": SPLIT},
+                                   "spec": {"dataset": DATASET, "ratios": [3, 1], "names": ["train", "val"],
+                                            "groupBy": ["patient_id"], "seed": 5}})
+    wait_ready(cluster, ns, "splits", SPLIT)
+    yield ring
+    # The Ring is gone once cass-operator has removed its datacenter: before the release takes cass-operator away.
+    for plural, name in (("splits", SPLIT), ("datasets", DATASET), ("rings", RING)):
+        cluster.kubectl("delete", plural, name, "-n", ns, "--wait=true", "--timeout=240s", check=False, timeout=270)
+    assert get(cluster, ns, "rings", RING) is None
+    assert not cluster.core.list_namespaced_pod(ns, label_selector=f"cassandra.datastax.com/datacenter={RING}").items
+
+
+def addresses(cluster: Cluster, ns: str) -> tuple[ClusterAddress, ClusterAddress]:
+    """(superuser, reader) logins to the ring's nodes by Pod IP (this process is in the cluster's network but not
+    on its DNS)."""
+    hosts = node_ips(cluster, ns)
+    superuser, reader = (secret_login(cluster, ns, f"{RING}-{role}") for role in ("superuser", "reader"))
+    return (ClusterAddress(hosts, username=superuser[0], password=superuser[1], local_dc=RING),
+            ClusterAddress(hosts, username=reader[0], password=reader[1], local_dc=RING))
+
+
+def source_digests(store: Store, source: Path) -> dict[bytes, str]:
+    """UUID → sha256 of each sample's stored bytes, checked against its source file (the corrupt one excepted)."""
+    digests = {}
+    for file in sorted(source.glob("c[01]_*.jpg")):
+        record = store.sample_by_key(CATALOG, {"path": file.name})
+        assert record.data == file.read_bytes(), f"{file.name}: stored bytes differ from the source file"
+        digests[record.uuid.bytes] = hashlib.sha256(record.data).hexdigest()
+    return digests
+
+
+def check_every_sample(store: Store, source: Path, deleted: set[bytes]) -> None:
+    """After a step: every sample's bytes as in its source file; deleted ones absent."""
+    schema = store.schema(CATALOG)
+    indexed = {row[0] for row in store.session.execute(f"SELECT path FROM {schema.keyspace}.metadata_by_nat")}
+    unindexed = sorted(f.name for f in source.glob("c[01]_*.jpg") if f.name not in indexed)
+    assert not unindexed, f"{len(unindexed)} samples without their metadata_by_nat row after a step: {unindexed}"
+    for file in sorted(source.glob("c[01]_*.jpg")):
+        sample = store.session.execute(f"SELECT uuid FROM {schema.keyspace}.metadata_by_nat WHERE path = %s",
+                                       (file.name,)).one()[0]
+        row = store.session.execute(f"SELECT data FROM {schema.keyspace}.data_by_uuid WHERE uuid = %s",
+                                    (sample,)).one()
+        if sample.bytes in deleted:
+            assert row is None, f"{file.name}: deleted, yet back after a step"
+        else:
+            assert row is not None and row[0] == file.read_bytes(), f"{file.name}: bytes differ after a step"
+
+
+def scale(cluster: Cluster, ns: str, nodes: int) -> None:
+    cluster.kubectl("scale", f"ring/{RING}", "-n", ns, f"--replicas={nodes}")
+
+
+def wait_scaling(cluster: Cluster, ns: str) -> None:
+    """Until the operator has started the step (condition Scaling True)."""
+    cluster.wait("the step to start", lambda: condition(get(cluster, ns, "rings", RING), "Scaling").get("status")
+                 == "True", timeout_s=60)
+
+
+def kill_pod(cluster: Cluster, selector: str) -> None:
+    """Delete the one Pod of `selector` in the chart's namespace at once, as a lost node would; its Deployment
+    starts another."""
+    def running():
+        pods = cluster.core.list_namespaced_pod(SYSTEM, label_selector=selector).items
+        return next((p for p in pods if not p.metadata.deletion_timestamp), None)
+    victim = running().metadata.name
+    cluster.kubectl("delete", "pod", victim, "-n", SYSTEM, "--grace-period=0", "--force", "--wait=false")
+    cluster.wait(f"a new Pod of {selector} ready", lambda: (pod := running()) and pod.metadata.name != victim
+                 and pod.status.container_statuses and pod.status.container_statuses[0].ready, timeout_s=120)
+
+
+def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
+        cluster: Cluster, ns: str, ring: dict, source: Path):
+    status = ring["status"]
+    assert status["datacenter"] == RING and status["service"] == f"{RING}-{RING}-service.{ns}.svc"
+    dc = cluster.custom.get_namespaced_custom_object("cassandra.datastax.com", "v1beta1", ns, "cassandradatacenters",
+                                                     RING)
+    assert dc["spec"]["size"] == 1 and dc["metadata"]["ownerReferences"][0]["uid"] == ring["metadata"]["uid"]
+    assert dc["spec"]["serverImage"] == "localhost/ringfeed/cassandra-maac:5.0.9"
+    header, row = cluster.kubectl("get", "rings", RING, "-n", ns).stdout.splitlines()[:2]
+    assert header.split()[:6] == ["NAME", "READY", "NODES", "DESIRED", "SCALING", "HELD"], header
+    assert row.split()[:5] == [RING, "True", "1", "1", "False"], row
+
+    superuser, reader = addresses(cluster, ns)
+    with Store(superuser) as store:
+        digests = source_digests(store, source)
+        parts = load_split(store, CATALOG, SPLIT)
+        train = [u.tobytes() for u in parts.uuids("train")]
+        val = [u.tobytes() for u in parts.uuids("val")]
+        assert len(digests) == len(train) + len(val) == 60
+        check_least_privilege(reader, store.schema(CATALOG).keyspace)
+
+        deleted: set[bytes] = set()
+        loaded = Reader(reader, train, digests)
+        loaded.start()
+        try:
+            cluster.wait("a first epoch", lambda: loaded.epochs >= 1, timeout_s=60)
+            scale(cluster, ns, 2)
+            wait_scaling(cluster, ns)
+            kill_pod(cluster, "app.kubernetes.io/name=cass-operator")  # cass-operator, mid-join
+            grown = wait_settled(cluster, ns, 2)
+            assert grown["status"]["lastStep"]["reason"] == "spec.nodes 2"
+            check_every_sample(store, source, deleted)
+            # Deleted on the two-node ring: the decommission below streams the ranges back without the row.
+            victim = val[0]
+            store.session.execute(f"DELETE FROM {store.schema(CATALOG).keyspace}.data_by_uuid WHERE uuid = %s",
+                                  (uuid.UUID(bytes=victim),))
+            deleted.add(victim)
+            epochs_at_two = loaded.epochs
+            scale(cluster, ns, 1)
+            wait_scaling(cluster, ns)
+            kill_pod(cluster, "app.kubernetes.io/component=operator")  # Ringfeed's, mid-decommission
+            wait_settled(cluster, ns, 1)
+            check_every_sample(store, source, deleted)
+            cluster.wait("epochs after the scale-down", lambda: loaded.epochs >= epochs_at_two + 2, timeout_s=60)
+        finally:
+            loaded.stop()
+    assert loaded.failures == [], loaded.failures[:5]
+    assert loaded.epochs >= 4 and loaded.samples >= loaded.epochs * len(train)
+    reasons = [e.reason for e in events(cluster, ns, RING)]
+    assert {"SecretCreated", "DatacenterCreated", "ScalingUp", "ScalingDown", "StepFinished"} <= set(reasons), reasons
+
+
+def check_least_privilege(reader: ClusterAddress, keyspace: str) -> None:
+    """The reader role reads the dataset and writes nothing."""
+    cql = CqlCluster(list(reader.hosts), auth_provider=PlainTextAuthProvider(reader.username, reader.password))
+    try:
+        session = cql.connect()
+        assert session.execute(f"SELECT uuid FROM {keyspace}.data_by_uuid LIMIT 1").one() is not None
+        with pytest.raises(Unauthorized):
+            session.execute(f"INSERT INTO {keyspace}.data_by_uuid (uuid, label) VALUES (uuid(), 0)")
+        with pytest.raises(Unauthorized):
+            session.execute(f"DROP KEYSPACE {keyspace}")
+    finally:
+        cql.shutdown()
+
+
+def test_the_autoscaler_adds_a_node_under_load_and_removes_it_after(cluster: Cluster, ns: str, ring: dict):
+    _, reader = addresses(cluster, ns)
+    with Store(reader) as store:
+        train = [u.tobytes() for u in load_split(store, CATALOG, SPLIT).uuids("train")]
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "rings", RING, {"spec": {"autoscaling": {
+        "metric": "ReadsPerSecondPerNode", "scaleUpAbove": 20, "scaleDownBelow": 2, "windowSeconds": 15}}})
+    loaded = Reader(reader, train)  # the bytes were checked above: here the load is what counts
+    loaded.start()
+    try:
+        def grown():
+            ring = get(cluster, ns, "rings", RING)
+            return ring if ring["spec"]["nodes"] == 2 else None
+        ring_now = cluster.wait("the autoscaler to ask for a second node", grown, timeout_s=180)
+        assert ring_now["status"]["autoscaler"]["value"] > 20
+        wait_settled(cluster, ns, 2)
+    finally:
+        loaded.stop()
+    wait_settled(cluster, ns, 1)  # no load: below scaleDownBelow for the window
+    autoscaled = [e.message for e in events(cluster, ns, RING) if e.reason == "Autoscaled"]
+    assert any("1 → 2" in m for m in autoscaled) and any("2 → 1" in m for m in autoscaled), autoscaled
+    assert loaded.failures == [], loaded.failures[:5]
+
+
+@pytest.mark.skipif(not BENCH_OUT, reason="a benchmark: make bench-ring-scale")
+def test_bench_ring_scale(cluster: Cluster, ns: str, ring: dict):
+    """Samples/s of an unthrottled loader before, during and after a scale-up and a scale-down, with the times of
+    each step; benchmarks/bench_ring_scale.py makes the report, the plot and the BAR lines."""
+    _, reader = addresses(cluster, ns)
+    with Store(reader) as store:
+        train = [u.tobytes() for u in load_split(store, CATALOG, SPLIT).uuids("train")]
+    loaded = Reader(reader, train, pause_s=0.0)
+    marks = []
+    loaded.start()
+    try:
+        cluster.wait("a first epoch", lambda: loaded.epochs >= 1, timeout_s=60)
+        time.sleep(60)
+        for nodes in (2, 1):
+            marks.append((f"scale to {nodes}", time.time()))
+            scale(cluster, ns, nodes)
+            wait_settled(cluster, ns, nodes)
+            marks.append((f"settled at {nodes}", time.time()))
+            time.sleep(30)
+    finally:
+        loaded.stop()
+    Path(BENCH_OUT).parent.mkdir(parents=True, exist_ok=True)
+    Path(BENCH_OUT).write_text(json.dumps({"timeline": loaded.timeline, "marks": marks, "failures": loaded.failures,
+                                           "epochs": loaded.epochs, "samples": loaded.samples}))

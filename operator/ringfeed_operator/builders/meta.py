@@ -1,0 +1,16 @@
+"""What every object the operator creates carries: its labels and its owner. Pure."""
+
+from __future__ import annotations
+
+LABEL_DATASET = "ringfeed.io/dataset"
+LABEL_SPLIT = "ringfeed.io/split"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "ringfeed-operator"
+
+
+def owner_reference(body: dict) -> dict:
+    """Deleting the owner deletes the object (a Job and its Pods, a CassandraDatacenter) through the garbage
+    collector."""
+    return {"apiVersion": body["apiVersion"], "kind": body["kind"], "name": body["metadata"]["name"],
+            "uid": body["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}

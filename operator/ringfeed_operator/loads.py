@@ -1,0 +1,46 @@
+"""The read load of the Rings' nodes, from the metrics endpoint of the Management API agent inside each Cassandra
+node (Prometheus text on port 9000 of the Pod), kept between two timer ticks to make rates of its counters."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+
+from ringfeed_operator.builders.ring import NodeLoad, node_load, ring_load
+
+METRICS_PORT = 9000
+
+
+class RingLoads:
+    """The last reading of every node of every Ring this operator watches."""
+
+    def __init__(self, timeout_s: float = 3.0):
+        self._timeout_s = timeout_s
+        self._last: dict[tuple[str, str], dict[str, NodeLoad]] = {}
+        self._lock = threading.Lock()
+
+    def measure(self, namespace: str, ring: str, pods: Sequence[dict], metric: str) -> float | None:
+        """The autoscaler's metric now, over the Ready nodes that answered now and at the previous call (a node
+        that does not answer is left out: its Pod may be on its way in or out)."""
+        now = {}
+        for pod in pods:
+            address = (pod.get("status") or {}).get("podIP")
+            if not address:
+                continue
+            try:
+                with urllib.request.urlopen(f"http://{address}:{METRICS_PORT}/metrics", timeout=self._timeout_s) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            if load := node_load(text, time.monotonic()):
+                now[pod["metadata"]["name"]] = load
+        with self._lock:
+            before = self._last.get((namespace, ring), {})
+            self._last[(namespace, ring)] = now
+        return ring_load(metric, before, now)
+
+    def forget(self, namespace: str, ring: str) -> None:
+        with self._lock:
+            self._last.pop((namespace, ring), None)
