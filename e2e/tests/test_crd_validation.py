@@ -575,7 +575,11 @@ def server_table(cluster: Cluster, namespace: str, plural: str) -> dict:
 
 
 def ready(obj: dict) -> str | None:
-    return next((c["status"] for c in obj.get("status", {}).get("conditions", []) if c["type"] == "Ready"), None)
+    return condition_field(obj, "Ready", "status")
+
+
+def condition_field(obj: dict, type_: str, field: str) -> str | None:
+    return next((c[field] for c in obj.get("status", {}).get("conditions", []) if c["type"] == type_), None)
 
 
 # Per kind: (column, priority, the cell expected for an object) in the order kubectl shows them; Age is a string.
@@ -598,6 +602,13 @@ COLUMNS = {
                      ("Epoch", 0, lambda o: o.get("status", {}).get("epoch")),
                      ("Samples", 0, lambda o: o.get("status", {}).get("samplesDelivered")),
                      ("Rate", 1, lambda o: o.get("status", {}).get("samplesPerSecond"))],
+    "rings": [("Name", 0, lambda o: o["metadata"]["name"]), ("Ready", 0, ready),
+              ("Nodes", 0, lambda o: o.get("status", {}).get("nodes")),
+              ("Desired", 0, lambda o: o["spec"]["nodes"]),
+              ("Scaling", 0, lambda o: condition_field(o, "Scaling", "status")),
+              ("Held", 0, lambda o: condition_field(o, "ScalingHeld", "reason")),
+              ("Min", 1, lambda o: o["spec"]["minNodes"]), ("Max", 1, lambda o: o["spec"]["maxNodes"]),
+              ("Service", 1, lambda o: o.get("status", {}).get("service"))],
 }
 
 
@@ -615,6 +626,10 @@ def test_printer_columns_category_and_short_names(cluster: Cluster, crds: Api, n
     crds.patch_status(namespace, "TrainingJob", "resnet-slides", {
         "conditions": [condition("Ready", "False", "Pending")], "phase": "Pending", "epoch": 3,
         "samplesDelivered": 640, "samplesPerSecond": 120})
+    crds.patch_status(namespace, "Ring", "images", {
+        "conditions": [condition("Ready", "True", "Serving"), condition("Scaling", "True", "ScalingUp"),
+                       condition("ScalingHeld", "False", "NotHeld")],
+        "nodes": 2, "service": "images-images-service.ml.svc"})
 
     for plural, columns in COLUMNS.items():
         table = server_table(cluster, namespace, plural)
@@ -638,8 +653,10 @@ def test_printer_columns_category_and_short_names(cluster: Cluster, crds: Api, n
     assert wide[3].split() == ["NAME", "READY", "DATASET", "SAMPLES", "PARTS", "HASH", "AGE"], wide
 
     names = cluster.kubectl("get", "ringfeed", "-n", namespace, "-o", "name").stdout.split()
-    assert sorted(names) == ["dataset.ringfeed.io/slides", "split.ringfeed.io/by-patient",
+    assert sorted(names) == ["dataset.ringfeed.io/slides", "ring.ringfeed.io/images", "split.ringfeed.io/by-patient",
                              "trainingjob.ringfeed.io/resnet-slides"]
+    assert cluster.kubectl("get", "rfring", "-n", namespace).stdout.split()[:12] == [
+        "NAME", "READY", "NODES", "DESIRED", "SCALING", "HELD", "AGE", "images", "True", "2", "2", "True"]
     assert cluster.kubectl("get", "rftj", "-n", namespace, "-o", "name").stdout.split() == [
         "trainingjob.ringfeed.io/resnet-slides"]
 
@@ -659,6 +676,8 @@ def test_printer_columns_category_and_short_names(cluster: Cluster, crds: Api, n
     ("split.spec.balance", ["natural", "equal", "weights", "<map[string]integer>"]),
     ("trainingjob.spec.loader.remainder", ["exactly once", "ENUM", "uneven", "pad", "drop"]),
     ("trainingjob", ["loader sidecar", "docs/api/trainingjob.md"]),
+    ("ring", ["cass-operator", "docs/api/ring.md", "spec\t<Object> -required-"]),
+    ("ring.spec.autoscaling", ["scaleUpAbove\t<integer> -required-", "ReadsPerSecondPerNode", "windowSeconds"]),
 ])
 def test_kubectl_explain_reads_the_descriptions(cluster: Cluster, crds: Api, resource: str, expected: list[str]):
     out = cluster.kubectl("explain", resource).stdout

@@ -51,8 +51,8 @@ def test_images_run_as_non_root_without_build_tools(cluster: Cluster, namespace:
     pod = run_pod(cluster, namespace, "operator-help", pod_spec([container("operator", cluster.image("operator"),
                                                                            args=["--help"])]))
     assert pod.status.phase == "Succeeded"
-    assert "Reconcile Ringfeed's Dataset and Split objects" in cluster.core.read_namespaced_pod_log(
-        "operator-help", namespace)
+    assert "Reconcile Ringfeed's Dataset, Split, TrainingJob and Ring objects" in " ".join(
+        cluster.core.read_namespaced_pod_log("operator-help", namespace).split())
 
 
 # An HTTP server that answers with its Pod's name: what the network tests call.
