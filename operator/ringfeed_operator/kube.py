@@ -100,23 +100,11 @@ class Kube:
 
     def ensure_service(self, namespace: str, manifest: dict) -> bool:
         """Create the Service unless it exists (a restarted operator finds it); → created."""
-        try:
-            self._core.create_namespaced_service(namespace, cast(V1Service, manifest))
-            return True
-        except ApiException as error:
-            if error.status != 409:
-                raise
-            return False
+        return _create_unless_exists(lambda: self._core.create_namespaced_service(namespace, cast(V1Service, manifest)))
 
     def ensure_secret(self, namespace: str, manifest: dict) -> bool:
         """Create the Secret unless it exists (its values are kept: a Ring's passwords are made once); → created."""
-        try:
-            self._core.create_namespaced_secret(namespace, cast(V1Secret, manifest))
-            return True
-        except ApiException as error:
-            if error.status != 409:
-                raise
-            return False
+        return _create_unless_exists(lambda: self._core.create_namespaced_secret(namespace, cast(V1Secret, manifest)))
 
     def release_secret(self, namespace: str, name: str, finalizer: str) -> None:
         """Take `finalizer` off a Secret (gone or without it: nothing to do)."""
@@ -151,14 +139,8 @@ class Kube:
 
     def create_custom(self, group_version_plural: tuple[str, str, str], namespace: str, manifest: dict) -> bool:
         """Create the object unless one of its name exists; → created."""
-        try:
-            self._custom.create_namespaced_custom_object(*group_version_plural[:2], namespace,
-                                                         group_version_plural[2], manifest)
-            return True
-        except ApiException as error:
-            if error.status != 409:
-                raise
-            return False
+        return _create_unless_exists(lambda: self._custom.create_namespaced_custom_object(
+            *group_version_plural[:2], namespace, group_version_plural[2], manifest))
 
     def patch_custom(self, group_version_plural: tuple[str, str, str], namespace: str, name: str,
                      patch: dict) -> None:
@@ -235,3 +217,14 @@ class Kube:
             if error.status == 404:
                 return None
             raise
+
+
+def _create_unless_exists(create: Callable[[], object]) -> bool:
+    """Run one create call; → True, or False when an object of that name exists (409)."""
+    try:
+        create()
+        return True
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        return False
