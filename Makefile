@@ -12,7 +12,10 @@ NATIVE_SOURCES := $(shell find dataplane/native/src -name '*.rs' 2>/dev/null) da
 REFWRITER := benchmarks/refwriter/target/release/refwriter
 REFREADER := benchmarks/refreader/target/release/refreader
 WANPROXY := benchmarks/wanproxy/target/release/wanproxy
+# make bench-ring-scale RF=2: the ring's replication factor and starting size
+RF ?= 1
 HELM := $(CURDIR)/.cache/k8s/bin/helm
+PROMTOOL := $(CURDIR)/.cache/prometheus/usr/bin/promtool
 RUST_CRATES := dataplane/native benchmarks/refreader benchmarks/refwriter benchmarks/wanproxy
 # Every tracked shell script: *.sh, and regular files whose first line is a sh or bash shebang (the cluster's stubs).
 SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh') $(shell git ls-files -s | awk '$$1 ~ /^100/ {print $$4}' \
@@ -45,6 +48,11 @@ $(VENV)/.installed: client/pyproject.toml dataplane/pyproject.toml operator/pypr
 .cache/.cassandra: $(VENV)/.installed
 	$(PY) -c "from ringfeed.local import ensure_cassandra_jars; print('Cassandra jars:', ensure_cassandra_jars())"
 	@touch $@
+
+$(PROMTOOL): scripts/install-prometheus.sh
+	@scripts/install-prometheus.sh .cache/prometheus
+
+prometheus: $(PROMTOOL) ## Prometheus and promtool (Debian's package, unpacked into .cache/prometheus): metric and rule checks
 
 k8s-binaries: ## Build etcd, Kubernetes v1.33 (kubectl, kube-proxy), CoreDNS, helm and kwok from the Go module proxy
 	@e2e/cluster/build-binaries.sh
@@ -124,11 +132,11 @@ lint-shell: ## shellcheck -S warning on every tracked shell script
 	@command -v shellcheck >/dev/null || { echo "error: shellcheck is required (Debian: apt-get install shellcheck)" >&2; exit 1; }
 	shellcheck -S warning $(SHELL_SCRIPTS)
 
-test: deps test-rust $(WANPROXY) k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
+test: deps test-rust $(WANPROXY) $(PROMTOOL) k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	$(PY) -m pytest client/tests dataplane/tests operator/tests
 	$(MAKE) --no-print-directory test-e2e
 
-test-unit: deps test-rust ## Unit tests only (no servers, seconds)
+test-unit: deps test-rust $(PROMTOOL) ## Unit tests only (no servers, seconds)
 	$(PY) -m pytest client/tests dataplane/tests/unit operator/tests
 
 # The tests touch no Python object, so the test binary links without libpython.
@@ -136,10 +144,10 @@ test-rust: ## cargo test: the native extension's pure parts (decoding, batch ass
 	cargo test --quiet --manifest-path dataplane/native/Cargo.toml
 	cargo test --quiet --manifest-path benchmarks/wanproxy/Cargo.toml
 
-test-integration: deps $(WANPROXY) ## Data-plane tests against real Cassandra nodes on loopback
+test-integration: deps $(WANPROXY) $(PROMTOOL) ## Data-plane tests against real Cassandra nodes on loopback
 	$(PY) -m pytest dataplane/tests/integration
 
-test-e2e: deps k8s-binaries images ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
+test-e2e: deps $(PROMTOOL) k8s-binaries images ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
 	$(PY) -m pytest e2e/host
 	e2e/cluster/cluster.sh run $(PY) -m pytest e2e/tests
 
@@ -163,14 +171,15 @@ bench-sidecar: deps ## TrainingJob handoff: loader sidecar + shared memory vs th
 bench-train: deps ## Training steps/s fed by the sidecar vs the same loop on synthetic batches (BAR lines)
 	$(PY) benchmarks/bench_sidecar.py --train
 
-bench-ring-scale: deps k8s-binaries images ## A Ring resized 1 → 2 → 1 under a loader on the local cluster: samples/s during each step vs steady (BAR lines)
-	RINGFEED_BENCH_RING_SCALE=$(CURDIR)/.state/bench/ring-scale.json e2e/cluster/cluster.sh run \
-	  $(PY) -m pytest -q e2e/tests/test_ring.py -k bench
-	$(PY) benchmarks/bench_ring_scale.py $(CURDIR)/.state/bench/ring-scale.json
+bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF (RF=1 default; RF=2) under a loader on the local cluster: samples/s during each step vs steady (BAR lines)
+	RINGFEED_BENCH_RING_SCALE=$(CURDIR)/.state/bench/ring-scale-rf$(RF).json RINGFEED_BENCH_RING_RF=$(RF) \
+	  e2e/cluster/cluster.sh run $(PY) -m pytest -q e2e/tests/test_ring.py -k bench
+	$(PY) benchmarks/bench_ring_scale.py $(CURDIR)/.state/bench/ring-scale-rf$(RF).json \
+	  --plot docs/bench-ring-scale-rf$(RF).svg
 
 ##@ Cleanup
 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-ring-scale clean
+.PHONY: help deps prometheus k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-ring-scale clean

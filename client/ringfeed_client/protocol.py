@@ -29,6 +29,7 @@ import numpy as np
 
 VERSION = 1
 FEED_DIR_ENV = "RINGFEED_FEED_DIR"
+TRAININGJOB_ENV = "RINGFEED_TRAININGJOB"  # the sidecar's, for its metrics' labels
 DEFAULT_FEED_DIR = "/var/run/ringfeed"
 SOCKET_NAME = "feed.sock"
 ALIGNMENT = 64  # each array starts on a cache line (and satisfies every numpy dtype's alignment)

@@ -47,6 +47,13 @@ class WindowStats(TypedDict):
     srtt_ms: float | None
     """The smoothed round trip of requests."""
 
+class MetricsSnapshot(TypedDict):
+    fetch_latency_seconds: tuple[list[float], list[int], float]
+    decode_seconds: tuple[list[float], list[int], float]
+    decode_input: tuple[int, int]
+    batch_handoff: tuple[int, int]
+    batches_ready: int
+
 class PreparedStatement:
     """A statement prepared by ``Session.prepare``; marked idempotent, so writes of it are retried."""
 
@@ -133,6 +140,7 @@ class Session:
         request_bytes: int = 524_288,
         sample_bytes: int = 0,
         memory_bytes: int = 134_217_728,
+        metrics: LoaderMetrics | None = None,
     ) -> Fetcher:
         """A batch reader of ``keyspace.table`` (``uuid`` → ``label``, ``data``), prepared here (GIL released).
 
@@ -148,7 +156,18 @@ class Session:
         while the delivery rate rises and shrinks when requests queue (the round trip climbs above the least seen).
         Requests go out in submission order and complete in any order. ``memory_bytes`` also bounds what
         ``wants_more`` lets the caller submit. Raises ValueError for memory_bytes below 32 MiB.
+        ``metrics`` receives the fetcher's measurements (a loader keeps one across its fetchers).
         """
+
+class LoaderMetrics:
+    """What a loader's data path measures, counted natively on the hot path and read at scrape time."""
+
+    def __init__(self) -> None: ...
+    def snapshot(self) -> MetricsSnapshot:
+        """``fetch_latency_seconds`` (one read request, sent to answered, retries included) and ``decode_seconds``
+        (one image) as (upper bounds, cumulative counts with +Inf last, sum of seconds); ``decode_input`` (a decoder
+        thread went for work) and ``batch_handoff`` (the loader's consumer asked for its next batch) as (asked,
+        found ready); ``batches_ready``: complete batches not yet taken."""
 
 class Buffer:
     """Bytes owned by Rust, seen by Python through the buffer protocol: ``numpy.frombuffer(buf, dtype)`` does not

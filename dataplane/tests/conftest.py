@@ -8,6 +8,7 @@ Set RINGFEED_TEST_KEEP=1 to leave them running and reuse them in the next run.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.local import LocalRing, RingSettings
+from ringfeed.local.jars import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test"))
@@ -25,6 +27,16 @@ KEEP = os.environ.get("RINGFEED_TEST_KEEP") == "1"
 NODE_PREFIX = os.environ.get("RINGFEED_TEST_NODE_PREFIX", "127.0.10.")
 NODE_JMX_BASE = int(os.environ.get("RINGFEED_TEST_NODE_JMX_BASE", "7300"))
 RING_JMX_BASE = int(os.environ.get("RINGFEED_TEST_RING_JMX_BASE", "7400"))
+
+
+def check_metrics(exposition: str) -> None:
+    """Prometheus' own linter (`promtool check metrics`: naming, units, help, types) passes on an exposition; `make`
+    installs promtool (make prometheus)."""
+    promtool = cache_dir() / "prometheus" / "usr" / "bin" / "promtool"
+    assert promtool.exists(), f"{promtool} is missing: run make prometheus"
+    result = subprocess.run([str(promtool), "check", "metrics"], input=exposition, capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0 and not result.stdout.strip(), f"promtool: {result.stdout}{result.stderr}"
 
 
 class CassandraFixture:

@@ -43,6 +43,10 @@ STORAGE_CLASS = "ringfeed-e2e-local"
 VOLUMES = 4  # every node that joins gets a new volume: 1 → 2 → 1 → 2 → 1 takes three, one spare
 # make bench-ring-scale: where the benchmark scenario writes its measurements (unset: the scenario is skipped).
 BENCH_OUT = os.environ.get("RINGFEED_BENCH_RING_SCALE")
+# The benchmark's replication factor: the ring starts with that many nodes, grows by one and shrinks back (RF 2:
+# 2 → 3 → 2). The tests above run at 1.
+BENCH_RF = int(os.environ.get("RINGFEED_BENCH_RING_RF", "1"))
+BENCH_WARM_UP_S, BENCH_STEADY_S = 30, 90  # the loader's JIT-warm start, then each steady phase
 NODE_START_S = 420  # a Cassandra node starts in about 100 s on two idle cores; bootstraps and cleanups add to it
 
 
@@ -79,7 +83,7 @@ def volumes(cluster: Cluster):
 def ring_manifest(nodes: int = 1, **spec) -> dict:
     return {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Ring", "metadata": {"name": RING},
-        "spec": {"nodes": nodes, "minNodes": 1, "maxNodes": 2, "allowMultipleNodesPerWorker": True,
+        "spec": {"nodes": nodes, "minNodes": 1, "maxNodes": nodes + 1, "allowMultipleNodesPerWorker": True,
                  "heapSize": "512Mi", "cooldownSeconds": 5,
                  "resources": {"requests": {"cpu": "200m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
                  "storage": {"storageClassName": STORAGE_CLASS, "size": "1Gi"}, **spec},
@@ -160,12 +164,15 @@ class Reader(threading.Thread):
 
 @pytest.fixture(scope="module")
 def ring(cluster: Cluster, ns: str, volumes, source: Path) -> dict:
-    """The Ring (one node), its Dataset ingested from `source` and a Split of it, Ready."""
-    create(cluster, ns, "rings", ring_manifest())
-    ring = wait_ready(cluster, ns, "rings", RING, timeout_s=NODE_START_S)
+    """The Ring (one node; the benchmark's replication factor of nodes when it runs), its Dataset ingested from
+    `source` with that replication factor, and a Split of it, Ready."""
+    base = BENCH_RF if BENCH_OUT else 1
+    create(cluster, ns, "rings", ring_manifest(base))
+    ring = wait_ready(cluster, ns, "rings", RING, timeout_s=NODE_START_S * base)
     create(cluster, ns, "datasets", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Dataset", "metadata": {"name": DATASET},
         "spec": {"storage": {"ring": {"name": RING}},
+                 "replication": {"replicationFactor": base},
                  "schema": {"naturalKeys": [{"name": "path", "type": "text"}],
                             "metadata": [{"name": "patient_id", "type": "text"}],
                             "encoding": {"kind": "jpeg"}, "labelNames": ["normal", "tumor"]},
@@ -334,8 +341,9 @@ def test_the_autoscaler_adds_a_node_under_load_and_removes_it_after(cluster: Clu
 
 @pytest.mark.skipif(not BENCH_OUT, reason="a benchmark: make bench-ring-scale")
 def test_bench_ring_scale(cluster: Cluster, ns: str, ring: dict):
-    """Samples/s of an unthrottled loader before, during and after a scale-up and a scale-down, with the times of
-    each step; benchmarks/bench_ring_scale.py makes the report, the plot and the BAR lines."""
+    """Samples/s of an unthrottled loader steady, during a scale-up by one node, steady at the larger size, during
+    the scale-down back and after it, with the times of each step; benchmarks/bench_ring_scale.py makes the report,
+    the plot and the BAR lines."""
     _, reader = addresses(cluster, ns)
     with Store(reader) as store:
         train = [u.tobytes() for u in load_split(store, CATALOG, SPLIT).uuids("train")]
@@ -344,15 +352,17 @@ def test_bench_ring_scale(cluster: Cluster, ns: str, ring: dict):
     loaded.start()
     try:
         cluster.wait("a first epoch", lambda: loaded.epochs >= 1, timeout_s=60)
-        time.sleep(60)
-        for nodes in (2, 1):
+        marks.append(("warm", time.time() + BENCH_WARM_UP_S))
+        time.sleep(BENCH_WARM_UP_S + BENCH_STEADY_S)
+        for nodes in (BENCH_RF + 1, BENCH_RF):
             marks.append((f"scale to {nodes}", time.time()))
             scale(cluster, ns, nodes)
             wait_settled(cluster, ns, nodes)
             marks.append((f"settled at {nodes}", time.time()))
-            time.sleep(30)
+            time.sleep(BENCH_STEADY_S)
     finally:
         loaded.stop()
     Path(BENCH_OUT).parent.mkdir(parents=True, exist_ok=True)
     Path(BENCH_OUT).write_text(json.dumps({"timeline": loaded.timeline, "marks": marks, "failures": loaded.failures,
-                                           "epochs": loaded.epochs, "samples": loaded.samples}))
+                                           "epochs": loaded.epochs, "samples": loaded.samples,
+                                           "replication_factor": BENCH_RF}))

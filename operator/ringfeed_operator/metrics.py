@@ -5,7 +5,11 @@ from __future__ import annotations
 import functools
 
 import kopf
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+RING = ["namespace", "ring"]
+# A scaling step lasts from a minute (a decommission of a small node) to tens of minutes (a bootstrap that streams).
+STEP_BUCKETS = (30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 
 
 class Metrics:
@@ -24,10 +28,29 @@ class Metrics:
                                    ["namespace", "dataset"], registry=registry)
         self.split_samples = Gauge("ringfeed_split_samples", "Samples per part of a computed Split.",
                                    ["namespace", "split", "part"], registry=registry)
-        self.ring_nodes = Gauge("ringfeed_ring_nodes", "Nodes in a Ring (started, not leaving).",
-                                ["namespace", "ring"], registry=registry)
+        self.job_outcomes = Counter("ringfeed_operator_job_outcomes_total",
+                                    "Jobs the operator saw finish, by role (ingest, split, trainer) and outcome "
+                                    "(succeeded, failed).", ["role", "outcome"], registry=registry)
+        self.ring_nodes = Gauge("ringfeed_ring_nodes", "Nodes in a Ring (started, not leaving).", RING,
+                                registry=registry)
+        self.ring_ready_nodes = Gauge("ringfeed_ring_ready_nodes", "Nodes of a Ring that serve CQL.", RING,
+                                      registry=registry)
+        self.ring_desired_nodes = Gauge("ringfeed_ring_desired_nodes", "A Ring's spec.nodes (kubectl scale, the "
+                                        "autoscaler).", RING, registry=registry)
+        self.ring_scaling = Gauge("ringfeed_ring_scaling", "1 while a scaling step of the Ring is under way.", RING,
+                                  registry=registry)
+        self.ring_scaling_held = Gauge("ringfeed_ring_scaling_held", "1 while a wanted step waits, by reason "
+                                       "(the ScalingHeld condition's).", [*RING, "reason"], registry=registry)
         self.ring_steps = Counter("ringfeed_ring_steps_total", "Scaling steps started, by direction (up, down).",
-                                  ["direction"], registry=registry)
+                                  [*RING, "direction"], registry=registry)
+        self.ring_step_duration = Histogram("ringfeed_ring_step_duration_seconds",
+                                            "Scaling steps from their start to their end (a scale-up's cleanup "
+                                            "included).", [*RING, "direction"], buckets=STEP_BUCKETS,
+                                            registry=registry)
+        self.ring_autoscaler_value = Gauge("ringfeed_ring_autoscaler_value", "The autoscaler's last reading of its "
+                                           "metric.", [*RING, "metric"], registry=registry)
+        # The one extra label value of each Ring's series in these gauges (a held reason, the autoscaler's metric).
+        self._current: dict[tuple[Gauge, str, str], str] = {}
 
     def forget_dataset(self, namespace: str, name: str) -> None:
         """A deleted Dataset's series end with it."""
@@ -38,11 +61,25 @@ class Metrics:
                 pass
 
 
+    def set_ring_series(self, gauge: Gauge, namespace: str, name: str, label: str | None, value: float = 1) -> None:
+        """Set the Ring's one series of `gauge` (labelled `label`; None: none), removing the one of another label
+        (a held reason that changed, another autoscaler metric)."""
+        previous = self._current.pop((gauge, namespace, name), None)
+        if previous is not None and previous != label:
+            gauge.remove(namespace, name, previous)
+        if label:
+            self._current[(gauge, namespace, name)] = label
+            gauge.labels(namespace, name, label).set(value)
+
     def forget_ring(self, namespace: str, name: str) -> None:
-        try:
-            self.ring_nodes.remove(namespace, name)
-        except KeyError:
-            pass
+        """A deleted Ring's gauges end with it (its counters stay: they count what happened)."""
+        for labelled in (self.ring_scaling_held, self.ring_autoscaler_value):
+            self.set_ring_series(labelled, namespace, name, None)
+        for gauge in (self.ring_nodes, self.ring_ready_nodes, self.ring_desired_nodes, self.ring_scaling):
+            try:
+                gauge.remove(namespace, name)
+            except KeyError:
+                pass
 
 
 def counted(kind: str):

@@ -96,3 +96,30 @@ def test_a_registration_hands_kopfs_kwargs_to_its_kinds_handler():
     assert patch.status["observedGeneration"] == 2
     assert registry.get_sample_value("ringfeed_operator_reconciles_total",
                                      {"kind": "Dataset", "handler": "reconcile_dataset", "result": "error"}) == 1
+
+
+def test_a_ring_keeps_one_held_reason_series_and_its_gauges_go_with_it():
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    held = metrics.ring_scaling_held
+
+    def reasons() -> dict[str, float | None]:
+        return {reason: registry.get_sample_value("ringfeed_ring_scaling_held",
+                                                  {"namespace": "ml", "ring": "images", "reason": reason})
+                for reason in ("Cooldown", "CassOperatorBusy")}
+
+    metrics.set_ring_series(held, "ml", "images", "Cooldown")
+    assert reasons() == {"Cooldown": 1, "CassOperatorBusy": None}
+    metrics.set_ring_series(held, "ml", "images", "CassOperatorBusy")
+    assert reasons() == {"Cooldown": None, "CassOperatorBusy": 1}
+    metrics.set_ring_series(held, "ml", "images", None)
+    assert reasons() == {"Cooldown": None, "CassOperatorBusy": None}
+
+    metrics.ring_nodes.labels("ml", "images").set(2)
+    metrics.set_ring_series(metrics.ring_autoscaler_value, "ml", "images", "ReadsPerSecondPerNode", 1234)
+    metrics.set_ring_series(held, "ml", "images", "Cooldown")
+    metrics.ring_steps.labels("ml", "images", "up").inc()
+    metrics.forget_ring("ml", "images")
+    names = {s.name for family in registry.collect() for s in family.samples
+             if s.labels.get("ring") == "images" and not s.name.endswith("_created")}
+    assert names == {"ringfeed_ring_steps_total"}  # the counter stays: it counts what happened

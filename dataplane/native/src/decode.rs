@@ -3,7 +3,9 @@
 //! and corrupt samples. Nothing here reads from the ring.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::mpsc::{RecvError, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use bytes::Bytes;
 use fast_image_resize::images::Image as ResizeTarget;
@@ -16,6 +18,7 @@ use tokio::sync::mpsc;
 
 use crate::buffer::{Buffer, BufferPool};
 use crate::lifecycle;
+use crate::metrics::PathMetrics;
 
 /// Samples decoded per decoder task.
 const DECODE_GROUP: usize = 8;
@@ -119,21 +122,35 @@ pub(crate) struct DecoderPool {
     tasks: Mutex<Option<std::sync::mpsc::Sender<DecodeTask>>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     owner: u32,
+    metrics: Arc<PathMetrics>,
 }
 
 impl DecoderPool {
-    pub(crate) fn start(threads: usize) -> std::io::Result<Arc<Self>> {
+    pub(crate) fn start(threads: usize, metrics: Arc<PathMetrics>) -> std::io::Result<Arc<Self>> {
         let (sender, receiver) = std::sync::mpsc::channel::<DecodeTask>();
         let receiver = Arc::new(Mutex::new(receiver));
         let threads = (0..threads.max(1))
             .map(|index| {
                 let receiver = Arc::clone(&receiver);
+                let metrics = Arc::clone(&metrics);
                 std::thread::Builder::new()
                     .name(format!("ringfeed-decode-{index}"))
                     .spawn(move || {
                         loop {
                             // The lock is held only while waiting for one task; the task runs unlocked.
-                            let task = receiver.lock().expect("decoder queue lock").recv();
+                            let task = {
+                                let queue = receiver.lock().expect("decoder queue lock");
+                                match queue.try_recv() {
+                                    Ok(task) => {
+                                        metrics.decode_input.record(true);
+                                        Ok(task)
+                                    }
+                                    Err(TryRecvError::Empty) => {
+                                        queue.recv().inspect(|_| metrics.decode_input.record(false))
+                                    }
+                                    Err(TryRecvError::Disconnected) => Err(RecvError),
+                                }
+                            };
                             match task {
                                 Ok(task) => task(),
                                 Err(_) => return, // the pool was closed
@@ -146,6 +163,7 @@ impl DecoderPool {
             tasks: Mutex::new(Some(sender)),
             threads: Mutex::new(threads),
             owner: lifecycle::this_process(),
+            metrics,
         });
         lifecycle::register_decoders(&pool);
         Ok(pool)
@@ -338,15 +356,18 @@ impl Assembly {
         let (slots, done) = (Arc::clone(slots), self.decoded_tx.clone());
         self.decoding += 1;
         let decoders = self.decoders.as_ref().expect("image decoding has a pool");
+        let metrics = Arc::clone(&decoders.metrics);
         decoders.spawn(move || {
             let results: Vec<_> = group
                 .iter()
                 .map(|(position, data)| {
+                    let started = Instant::now();
                     // A decoder panic on a hostile input is that sample's corruption, not a lost batch.
                     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
                         // Safety: one sample per position; nothing else writes or reads this slot.
                         decode_image(data, &shape, unsafe { slots.slot(*position) })
                     }));
+                    metrics.decode_time.observe(started.elapsed());
                     let reported = decoded.unwrap_or_else(|_| Err("the image decoder panicked on it".to_string()));
                     (*position, reported)
                 })
@@ -500,7 +521,8 @@ mod tests {
     #[test]
     fn images_are_decoded_on_the_pool_and_a_bad_one_is_reported_corrupt() {
         let shape = image_shape(2, 2, 3, false).expect("valid");
-        let decoders = DecoderPool::start(2).expect("threads start");
+        let metrics = Arc::new(PathMetrics::default());
+        let decoders = DecoderPool::start(2, Arc::clone(&metrics)).expect("threads start");
         let pool = BufferPool::new(1);
         let mut assembly = Assembly::new(Decode::Image(shape), 10, 0, &pool, Some(Arc::clone(&decoders)));
         for position in 0..10 {
@@ -513,6 +535,8 @@ mod tests {
         assert_eq!(batch.corrupt[0].0, 4);
         assert_eq!(batch.data.len(), 9 * shape.item_bytes());
         assert_eq!(&batch.data[..3], [255, 0, 0]);
+        let (_, counts, _) = metrics.decode_time.snapshot();
+        assert_eq!(counts.last(), Some(&10), "every image's decode is timed, the corrupt one's too");
         decoders.close();
     }
 }

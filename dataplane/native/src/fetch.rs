@@ -28,6 +28,7 @@ use crate::buffer::{Buffer, BufferPool, le_bytes};
 use crate::client::Client;
 use crate::client::retry::{is_transient, with_backoff};
 use crate::decode::{Assembled, Assembly, Decode, DecoderPool};
+use crate::metrics::PathMetrics;
 use crate::errors::{Failure, Kind, execution_kind, one_line};
 use crate::window::{FlowWindow, WindowControl};
 
@@ -126,6 +127,7 @@ struct Shared {
     sample_bytes: AtomicUsize,
     /// Requests retried after a transient failure, counted as they happen (also those of batches that then failed).
     retries: AtomicU64,
+    metrics: Arc<PathMetrics>,
 }
 
 /// Reads batches of `data_by_uuid` rows; see the module documentation.
@@ -151,6 +153,7 @@ impl Fetcher {
         decode_threads: usize,
         sample_bytes: usize,
         memory_bytes: usize,
+        metrics: Arc<PathMetrics>,
     ) -> PyResult<Self> {
         if concurrency == 0 {
             return Err(PyValueError::new_err("concurrency must be at least 1"));
@@ -164,7 +167,7 @@ impl Fetcher {
         // Half the memory for the window: the other half holds the batches waiting for it or for their turn.
         let control = WindowControl::new(WINDOW_FLOOR, WINDOW_FLOOR, memory_bytes / 2, Instant::now());
         let decoders = match decode {
-            Decode::Image(_) => Some(DecoderPool::start(decode_threads).map_err(|err| {
+            Decode::Image(_) => Some(DecoderPool::start(decode_threads, Arc::clone(&metrics)).map_err(|err| {
                 PyRuntimeError::new_err(format!("cannot start decoder threads: {err}"))
             })?),
             _ => None,
@@ -185,6 +188,7 @@ impl Fetcher {
                 pool: Arc::new(BufferPool::new(memory_bytes)),
                 sample_bytes: AtomicUsize::new(sample_bytes),
                 retries: AtomicU64::new(0),
+                metrics,
             }),
             done_tx,
             done_rx: tokio::sync::Mutex::new(done_rx),
@@ -287,7 +291,9 @@ impl Fetcher {
                     ))
                 });
             // The receiver lives as long as the Fetcher; a dropped Fetcher no longer wants the batch.
-            let _ = done.send((ticket, outcome));
+            if done.send((ticket, outcome)).is_ok() {
+                shared.metrics.batches_ready.fetch_add(1, Ordering::Relaxed);
+            }
         });
         Ok(())
     }
@@ -295,6 +301,7 @@ impl Fetcher {
     /// Waits (without the GIL) for batch `ticket`, or for whichever batch completes first when `ticket` is None.
     #[pyo3(signature = (ticket = None))]
     fn take(&self, py: Python<'_>, ticket: Option<u64>) -> PyResult<FetchedBatch> {
+        let mut waited = false;
         let (ticket, outcome) = loop {
             if let Some(found) = self.ready(ticket) {
                 break found;
@@ -307,11 +314,13 @@ impl Fetcher {
                 .and_then(|mut rx| rx.try_recv().ok());
             let received = match ready {
                 Some(received) => received,
-                None => self
-                    .shared
-                    .client
-                    .block_on(py, async { self.done_rx.lock().await.recv().await })?
-                    .expect("the sender lives in self"),
+                None => {
+                    waited = true;
+                    self.shared
+                        .client
+                        .block_on(py, async { self.done_rx.lock().await.recv().await })?
+                        .expect("the sender lives in self")
+                }
             };
             if ticket.is_none() || ticket == Some(received.0) {
                 break received;
@@ -322,6 +331,9 @@ impl Fetcher {
                 .insert(received.0, received.1);
         };
         self.pending.lock().expect("no panics while locked").remove(&ticket);
+        let metrics = &self.shared.metrics;
+        metrics.batches_ready.fetch_sub(1, Ordering::Relaxed);
+        metrics.batch_handoff.record(!waited);
         let batch = outcome.map_err(Failure::into_py)?;
         let buffer = |bytes: Vec<u8>| Py::new(py, Buffer::new(bytes));
         Ok(FetchedBatch {
@@ -374,7 +386,9 @@ async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
                 // Sent in submission order: the window and the request slots are both first come, first served.
                 let mut room = shared.window.acquire(request.rows.len() * sample_bytes).await;
                 let _slot = shared.requests.acquire().await.expect("never closed");
+                let sent = Instant::now();
                 let rows = read_rows(shared, request).await?;
+                shared.metrics.fetch_latency.observe(sent.elapsed());
                 room.delivered(rows.iter().map(|(_, row)| row.data.len()).sum());
                 Ok(rows)
             }

@@ -3,7 +3,7 @@
 //! `client` is the connection every data path shares (runtime, session, prepared statements, retry policy);
 //! `session` is the Python class that opens the data paths: `writer` (bulk ingest, values converted by `convert`),
 //! `scan` (whole columns by token range) and `fetch` (the loader's batches, put together by `decode` into
-//! `buffer`s), both paced by an adaptive `window` of bytes in flight. `errors` turns failures into Python exceptions by kind, `lifecycle` stops every native thread before
+//! `buffer`s, measured in `metrics`), both paced by an adaptive `window` of bytes in flight. `errors` turns failures into Python exceptions by kind, `lifecycle` stops every native thread before
 //! the interpreter exits.
 
 mod buffer;
@@ -13,6 +13,7 @@ mod decode;
 mod errors;
 mod fetch;
 mod lifecycle;
+mod metrics;
 mod scan;
 mod session;
 mod window;
@@ -28,6 +29,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<fetch::Fetcher>()?;
     module.add_class::<fetch::FetchedBatch>()?;
     module.add_class::<buffer::Buffer>()?;
+    module.add_class::<metrics::LoaderMetrics>()?;
     module.add_function(wrap_pyfunction!(decode::decode_image_py, module)?)?;
     errors::register(module)?;
     let close_all = wrap_pyfunction!(lifecycle::close_all_at_exit, module)?;

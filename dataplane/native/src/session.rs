@@ -11,6 +11,7 @@ use pyo3::types::PyDict;
 use crate::client::{Client, Connect, PreparedStatement, parse_consistency};
 use crate::decode::{Decode, image_shape};
 use crate::fetch::{Fetcher, Statements};
+use crate::metrics::{LoaderMetrics, PathMetrics};
 use crate::scan::{ScanRequest, scan};
 use crate::writer::BulkWriter;
 
@@ -98,7 +99,7 @@ impl Session {
     /// A batch reader of `keyspace.table` rows (uuid → label, data); see `fetch.rs` and the stub file.
     #[pyo3(signature = (keyspace, table = "data_by_uuid", concurrency = 64, max_retries = 8, image_size = None,
                         channels = 3, crop = true, raw_item_bytes = None, decode_threads = 2,
-                        request_bytes = 524_288, sample_bytes = 0, memory_bytes = 134_217_728))]
+                        request_bytes = 524_288, sample_bytes = 0, memory_bytes = 134_217_728, metrics = None))]
     #[allow(clippy::too_many_arguments)]
     fn fetcher(
         &self,
@@ -115,6 +116,7 @@ impl Session {
         request_bytes: usize,
         sample_bytes: usize,
         memory_bytes: usize,
+        metrics: Option<PyRef<'_, LoaderMetrics>>,
     ) -> PyResult<Fetcher> {
         let decode = match (image_size, raw_item_bytes) {
             (Some(_), Some(_)) => {
@@ -163,6 +165,8 @@ impl Session {
             decode_threads,
             sample_bytes,
             memory_bytes,
+            // Without one given, the fetcher measures for no one (a loader passes its own, kept across fetchers).
+            metrics.map_or_else(|| Arc::new(PathMetrics::default()), |metrics| Arc::clone(&metrics.path)),
         )
     }
 

@@ -9,7 +9,7 @@ import click
 
 from ringfeed.cli.app import main
 from ringfeed.cli.load import loader_flags, options_from_flags
-from ringfeed_client.protocol import DEFAULT_FEED_DIR, FEED_DIR_ENV
+from ringfeed_client.protocol import DEFAULT_FEED_DIR, FEED_DIR_ENV, TRAININGJOB_ENV
 
 DEFAULT_PORT = 8477
 
@@ -26,12 +26,16 @@ DEFAULT_PORT = 8477
 @click.option("--bind", default="0.0.0.0", show_default=True, help="Address of the HTTP port.")
 @click.option("--http-port", default=DEFAULT_PORT, show_default=True,
               help="Port of /healthz, /readyz, /status and /metrics.")
+@click.option("--trainingjob", envvar=TRAININGJOB_ENV, default="", show_default=False,
+              help=f"The TrainingJob this rank belongs to: the `trainingjob` label of the metrics [env "
+                   f"{TRAININGJOB_ENV}; the operator sets it].")
 @click.option("--kept-positions", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JSON file of loader states by rank to start from when the feed directory has none (the "
                    "operator keeps them over a TrainingJob's suspension).")
 @loader_flags
 @click.pass_context
-def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http_port, kept_positions, **flags):
+def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http_port, trainingjob, kept_positions,
+          **flags):
     """Feed DATASET's SPLIT to a trainer through shared memory (the TrainingJob loader sidecar).
 
     Reads this rank's share of the part with the native loader and hands each batch to the trainer of the same
@@ -47,4 +51,4 @@ def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run(ctx.obj, dataset, split, part, split_version, options_from_flags(**flags), epochs, feed_dir, bind,
-        http_port, kept_positions)
+        http_port, kept_positions, trainingjob=trainingjob)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ringfeed._native import LoaderMetrics
 from ringfeed.connection import ClusterAddress
 from ringfeed.errors import RingfeedError, SampleNotFound, ring_error, ring_failures
 from ringfeed.loader.options import TENSOR, Decode, LoaderOptions
@@ -73,6 +74,9 @@ class LoaderSource:
     encoding: Encoding
     sample_bytes: int = 0
     """Mean stored bytes per sample of the dataset (0: unknown); sizes the first read requests."""
+    dataset: str = ""
+    split_name: str = ""
+    """The Dataset's and the Split's names (``split`` above names the version too, for messages)."""
 
     @classmethod
     def from_split(cls, dataset: str, split: str, part: str, *, store=None, address: ClusterAddress | None = None,
@@ -87,7 +91,8 @@ class LoaderSource:
             schema = info.schema
             stored = load_split(store, dataset, split, version)
             return cls(address=store.address, keyspace=schema.keyspace, uuids=stored.uuids(part),
-                       split=f"{dataset}/{split} v{stored.version}", split_id=str(stored.split_id),
+                       split=f"{dataset}/{split} v{stored.version}", dataset=dataset, split_name=split,
+                       split_id=str(stored.split_id),
                        content_hash=stored.content_hash, part=part,
                        encoding=schema.encoding,
                        sample_bytes=info.bytes // info.samples if info.samples else 0)
@@ -136,12 +141,15 @@ class Loader:
         self._setup(source, options)
 
     @classmethod
-    def from_source(cls, source: LoaderSource, *, options: LoaderOptions | None = None, **fields) -> Loader:
+    def from_source(cls, source: LoaderSource, *, options: LoaderOptions | None = None,
+                    metrics: LoaderMetrics | None = None, **fields) -> Loader:
+        """A loader of `source`; `metrics`: the native measurements to add to (the sidecar keeps one across the
+        loaders it starts), else its own."""
         loader = cls.__new__(cls)
-        loader._setup(source, LoaderOptions.build(options, **fields))
+        loader._setup(source, LoaderOptions.build(options, **fields), metrics)
         return loader
 
-    def _setup(self, source: LoaderSource, options: LoaderOptions) -> None:
+    def _setup(self, source: LoaderSource, options: LoaderOptions, metrics: LoaderMetrics | None = None) -> None:
         kind = source.encoding.kind
         if options.decode == TENSOR and kind != "raw":
             raise RingfeedError(f"decode='tensor' needs a dataset with the raw encoding; {source.split} is {kind}")
@@ -151,6 +159,7 @@ class Loader:
         self.options = options
         self.plan = EpochPlan(len(source.uuids), options)
         self.stats = LoaderStats()
+        self.metrics = metrics or LoaderMetrics()  # fetch latency, decode time, stage readiness (ringfeed.metrics)
         self.epoch = 0
         self.offset = 0
         self._skip: frozenset[int] = frozenset()  # batches (counted from offset) delivered ahead, out of order
@@ -336,7 +345,8 @@ class Loader:
                                                 max_retries=self.options.max_retries,
                                                 request_bytes=self.options.request_bytes,
                                                 sample_bytes=self.source.sample_bytes,
-                                                memory_bytes=self.options.memory_bytes, **decoding)
+                                                memory_bytes=self.options.memory_bytes, metrics=self.metrics,
+                                                **decoding)
             except ring_failures() as exc:
                 raise ring_error(exc, f"opening {self.source.keyspace}.data_by_uuid",
                                  self.source.address.where) from None

@@ -69,6 +69,11 @@ class EpochPlan:
         self.check_offset(offset)
         return len(range(offset + self.options.rank, self.epoch_length, self.options.world_size))
 
+    def samples_delivered(self, epoch: int, offset: int) -> int:
+        """Samples this rank has read since the first epoch began, at position (epoch, offset)."""
+        per_epoch = self.rank_samples(0)
+        return epoch * per_epoch + per_epoch - self.rank_samples(min(offset, self.epoch_length))
+
     def batch_count(self, offset: int = 0) -> int:
         """How many batches this rank reads from `offset` on (``len(batches(epoch, offset))``, with no permutation
         drawn)."""

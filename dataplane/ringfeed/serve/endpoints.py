@@ -7,45 +7,25 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ringfeed.serve.server import FeedServer
+from ringfeed.metrics import NO_WINDOW, PathCollector, PathFigures
+from ringfeed.serve.server import Batch, FeedServer
 
 
-class FeedCollector:
-    """The feed's figures as Prometheus metrics, read from its status at scrape time (nothing on the hot path)."""
-
-    def __init__(self, server: Callable[[], FeedServer | None], labels: dict[str, str]):
-        self._server, self._labels = server, labels
-
-    def collect(self):
-        server = self._server()
-        if server is None:
-            return
-        status, names, values = server.status, list(self._labels), list(self._labels.values())
-
-        def metric(family, name: str, documentation: str, value: float):
-            item = family(name, documentation, labels=names)
-            item.add_metric(values, value)
-            return item
-
-        yield metric(CounterMetricFamily, "ringfeed_feed_samples", "Samples handed to the trainer.",
-                     status.samples_served)
-        yield metric(CounterMetricFamily, "ringfeed_feed_batches", "Batches handed to the trainer.",
-                     status.batches_served)
-        yield metric(CounterMetricFamily, "ringfeed_feed_bytes", "Bytes of the batches handed to the trainer.",
-                     status.bytes_served)
-        yield metric(CounterMetricFamily, "ringfeed_feed_trainer_wait_seconds",
-                     "Time the trainer waited for its next batch.", status.trainer_wait_s)
-        yield metric(CounterMetricFamily, "ringfeed_feed_corrupt_samples",
-                     "Samples that could not be decoded (counted and left out).", server.corrupt())
-        yield metric(GaugeMetricFamily, "ringfeed_feed_epoch", "The epoch being delivered.", status.epoch)
-        yield metric(GaugeMetricFamily, "ringfeed_feed_position_samples",
-                     "Samples of this rank delivered since the first epoch began.", server.samples_delivered())
+def feed_figures(server: FeedServer) -> PathFigures:
+    """The sidecar's figures: what it handed to the trainer, and its producers' native reader."""
+    status, loader = server.status, server.producer.loader
+    window = loader.window_stats() or NO_WINDOW
+    return PathFigures(samples=status.samples_served, batches=status.batches_served, bytes=status.bytes_served,
+                       trainer_wait_s=status.trainer_wait_s, retries=server.retries(),
+                       skipped={"missing": server.missing(), "corrupt": server.corrupt()}, epoch=status.epoch,
+                       position_samples=server.samples_delivered(), native=server.metrics.snapshot(),
+                       window_bytes=window["window_bytes"], in_flight_bytes=window["in_flight_bytes"],
+                       queued_batches=sum(isinstance(item, Batch) for item in list(server.producer.items)),
+                       trainer_stage=(status.trainer_asked, status.trainer_found_ready))
 
 
 class Endpoints:
@@ -55,7 +35,7 @@ class Endpoints:
         self.server: FeedServer | None = None
         self.failure: str | None = None
         registry = CollectorRegistry()
-        registry.register(FeedCollector(lambda: self.server, labels))
+        registry.register(PathCollector(lambda: feed_figures(self.server) if self.server else None, labels))
         endpoints = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from ringfeed._native import LoaderMetrics
 from ringfeed.errors import RingfeedError, RingTimeout, RingUnavailable
 from ringfeed.loader import Loader, LoaderSource
 from ringfeed.serve.slots import Slots
@@ -166,6 +167,9 @@ class FeedStatus:
     samples_served: int = 0
     bytes_served: int = 0
     trainer_wait_s: float = 0.0
+    trainer_asked: int = 0
+    """Batches the trainer asked for; ``trainer_found_ready`` of them were written and waiting."""
+    trainer_found_ready: int = 0
     trainer_connected: bool = False
     done: bool = False
     error: str | None = None
@@ -185,7 +189,8 @@ class FeedServer:
         self.status = FeedStatus(rank=loader.options.rank, world_size=loader.options.world_size, epochs=epochs,
                                  samples_per_epoch=loader.plan.rank_samples(0))
         self._record_position(self.position)
-        self._counted = {"corrupt": 0, "missing": 0}  # by the producers before the current one
+        self._counted = {"corrupt": 0, "missing": 0, "retries": 0}  # by the producers before the current one
+        self.metrics = LoaderMetrics()  # the native reader's, across the producers' loaders
         self.producer = self._start_producer(self.position)
         self.held: Batch | None = None
 
@@ -235,9 +240,7 @@ class FeedServer:
 
     def samples_delivered(self) -> int:
         """Samples of this rank handed out since the first epoch began, from the position (survives restarts)."""
-        plan, per_epoch = self.loader.plan, self.status.samples_per_epoch
-        return self.status.epoch * per_epoch + per_epoch - plan.rank_samples(min(self.status.offset,
-                                                                                 plan.epoch_length))
+        return self.loader.plan.samples_delivered(self.status.epoch, self.status.offset)
 
     def corrupt(self) -> int:
         return self._counted["corrupt"] + self.producer.loader.stats.corrupt
@@ -245,15 +248,18 @@ class FeedServer:
     def missing(self) -> int:
         return self._counted["missing"] + self.producer.loader.stats.missing
 
+    def retries(self) -> int:
+        return self._counted["retries"] + self.producer.loader.stats.retries
+
     def _start_producer(self, start: dict) -> Producer:
-        loader = Loader.from_source(self.source, options=self.loader.options)
+        loader = Loader.from_source(self.source, options=self.loader.options, metrics=self.metrics)
         producer = Producer(self.source, loader, self.slots, self.epochs, start, self._restart_sidecar)
         producer.start()
         return producer
 
     def _reposition(self, state: dict) -> None:
         self.producer.stop()
-        self._counted = {"corrupt": self.corrupt(), "missing": self.missing()}
+        self._counted = {"corrupt": self.corrupt(), "missing": self.missing(), "retries": self.retries()}
         self.position = state
         self.producer = self._start_producer(state)
 
@@ -338,6 +344,8 @@ class FeedServer:
             self.slots.give_back(self.held.slot)
             self._save_position(self.held.state_after)
         self.held = None  # a release of another sidecar's slot (before a restart) is nothing to free here
+        self.status.trainer_asked += 1
+        self.status.trainer_found_ready += bool(self.producer.items)
         item = self.producer.next_item()
         if isinstance(item, Failed):
             self.status.error = item.message

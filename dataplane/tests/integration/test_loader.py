@@ -5,20 +5,25 @@ from __future__ import annotations
 import csv
 import io
 import random
+import urllib.request
 import uuid
 
 import numpy as np
 import pytest
 from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
 
 from ringfeed import Decode, Loader, LoaderOptions
 from ringfeed.demo import make_demo_set
 from ringfeed.errors import RingfeedError
 from ringfeed.ingest import ingest
 from ringfeed.loader import Blobs, LoaderSource
+from ringfeed.metrics import serve_loader_metrics
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec, create_split, load_split
 from ringfeed.store import Store
+
+from conftest import check_metrics
 
 
 def all_uuids(batches) -> list[bytes]:
@@ -373,3 +378,27 @@ def test_batch_buffers_are_recycled_once_released(module_store, slides):
     # flight, being handed over, held by the consumer; the pool keeps `memory_bytes` of released ones).
     assert batches > 20 and loader.stats.max_batches_in_flight < 10
     assert 0 < loader.stats.buffers_allocated <= batches // 3
+
+
+def test_an_in_process_loader_serves_its_metrics_from_the_native_counters(module_store, slides):
+    name, _ = slides
+    loader = Loader(name, "by-patient", "train", batch_size=16, store=module_store, decode=Decode(64, 64))
+    port = serve_loader_metrics(loader, 0, addr="127.0.0.1", trainingjob="notebook")
+    batches = sum(1 for _ in loader)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        exposition = response.read().decode()
+    loader.close()
+    check_metrics(exposition)
+    got = {(s.name, s.labels.get("stage")): (s.value, s.labels) for family in text_string_to_metric_families(exposition)
+           for s in family.samples}
+    value, labels = got["ringfeed_loader_samples_total", None]
+    assert value == loader.stats.samples == len(load_split(module_store, name, "by-patient").uuids("train"))
+    assert labels == {"dataset": name, "split": "by-patient", "part": "train", "rank": "0", "trainingjob": "notebook"}
+    assert got["ringfeed_loader_batches_total", None][0] == batches
+    assert got["ringfeed_loader_epoch", None][0] == 1
+    assert got["ringfeed_loader_position_samples", None][0] == value
+    # every image delivered was decoded and timed (and the next epoch's first batches, read ahead)
+    assert got["ringfeed_loader_decode_seconds_count", None][0] >= value
+    assert got["ringfeed_loader_fetch_latency_seconds_count", None][0] >= 1
+    assert got["ringfeed_loader_stage_requests_total", "batch"][0] == batches
+    assert got["ringfeed_loader_stage_requests_total", "decode"][0] >= 1

@@ -24,7 +24,7 @@ from ringfeed.splits import load_split
 from ringfeed.store import Store
 from ringfeed_client import Blobs, Feed, FeedError
 
-from conftest import ingest_demo_slides
+from conftest import check_metrics, ingest_demo_slides
 
 NAME = "serve_slides"
 BATCH = 8
@@ -134,9 +134,17 @@ def test_feed_hands_over_the_loaders_batches_without_a_copy(slides, sidecars):
     samples = len(train_uuids(slides))
     assert status == 200 and figures["done"] and figures["samples_delivered"] == 2 * samples
     assert figures["samples_served"] == 2 * samples and figures["corrupt"] == 0
-    metrics = {s.name: s.value for f in text_string_to_metric_families(sidecar.get("/metrics")[1]) for s in f.samples}
-    assert metrics["ringfeed_feed_samples_total"] == 2 * samples
-    assert metrics["ringfeed_feed_epoch"] == 2
+    exposition = sidecar.get("/metrics")[1]
+    check_metrics(exposition)
+    metrics = {(s.name, s.labels.get("stage")): s.value for f in text_string_to_metric_families(exposition)
+               for s in f.samples}
+    assert metrics["ringfeed_loader_samples_total", None] == 2 * samples
+    assert metrics["ringfeed_loader_epoch", None] == 2
+    assert metrics["ringfeed_loader_fetch_latency_seconds_count", None] > 0
+    assert metrics["ringfeed_loader_decode_seconds_count", None] >= 2 * samples  # every image, timed once
+    batches = metrics["ringfeed_loader_batches_total", None]
+    assert metrics["ringfeed_loader_stage_requests_total", "trainer"] >= batches
+    assert metrics["ringfeed_loader_stage_requests_total", "batch"] >= batches
     assert sidecar.get("/readyz")[0] == 200 and sidecar.get("/healthz")[0] == 200
 
 

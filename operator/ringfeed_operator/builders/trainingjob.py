@@ -12,7 +12,7 @@ import copy
 import json
 from typing import Any
 
-from ringfeed_client.protocol import FEED_DIR_ENV
+from ringfeed_client.protocol import FEED_DIR_ENV, TRAININGJOB_ENV
 from ringfeed_operator.builders.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, owner_reference
 from ringfeed_operator.builders.ring import ring_env, ring_volumes
 from ringfeed_operator.config import JobsConfig
@@ -135,7 +135,10 @@ def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, rank_e
         "restartPolicy": "Always",  # a native sidecar: started before the trainer, stopped after it
         "command": ["ringfeed"],
         "args": sidecar_arguments(spec, catalog, spec["split"]["name"], split_version),
-        "env": [rank_env[0], *ring_env(storage)],
+        "env": [rank_env[0], *ring_env(storage),
+                # names the TrainingJob in the sidecar's metrics (label `trainingjob`)
+                {"name": TRAININGJOB_ENV, "valueFrom": {"fieldRef": {
+                    "fieldPath": f"metadata.labels['{LABEL_TRAININGJOB}']"}}}],
         "ports": [{"name": "feed-http", "containerPort": SIDECAR_PORT}],
         # The trainer starts once the split is loaded and the ring answered (startup), and the kubelet restarts a
         # sidecar whose HTTP port stops answering (liveness).

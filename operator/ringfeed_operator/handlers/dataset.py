@@ -195,6 +195,7 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
         if job_body is not None and not recorded.get("failedAt"):  # reported once per Job, from the Job just read
             message = memo.kube.job_failure(namespace, job_body)
             event(body, "IngestFailed", f"Job {job}: {message}", warning=True)
+            memo.metrics.job_outcomes.labels("ingest", "failed").inc()
             conditions.set("Degraded", True, "IngestFailed", f"Job {job} failed: {message}")
             patch.status["ingest"] = {**recorded, "failedAt": now_rfc3339()}
         conditions.set("Ingesting", False, "JobFailed", f"Job {job} failed; change spec.ingest to run another")
@@ -209,6 +210,7 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
             samples = patch.status.get("samples", status.get("samples")) or 0
             conditions.set("Ready", True, "Ready", f"{samples:,} samples in keyspace {status.get('keyspace')}")
         if just_finished and refresh == "done":
+            memo.metrics.job_outcomes.labels("ingest", "succeeded").inc()
             event(body, "IngestSucceeded", f"Job {job}: {patch.status['ingest'].get('ingested') or 0:,} samples "
                                            "written")
 

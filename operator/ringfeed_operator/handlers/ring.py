@@ -122,8 +122,16 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     if decision.target is not None:
         step = _start_step(name, namespace, body, Step(observed.size, decision.target, now, reason), memo)
         finished_at = None
-    _report(status, body, conditions, observed, decision, step, finished_at, floor, patch)
-    memo.metrics.ring_nodes.labels(namespace, name).set(observed.nodes)
+    finished = _report(status, body, conditions, observed, decision, step, finished_at, floor, patch)
+    metrics = memo.metrics
+    if finished and step is not None and finished_at is not None:
+        metrics.ring_step_duration.labels(namespace, name, "up" if step.up else "down").observe(
+            (finished_at - step.started_at).total_seconds())
+    metrics.ring_nodes.labels(namespace, name).set(observed.nodes)
+    metrics.ring_ready_nodes.labels(namespace, name).set(observed.ready)
+    metrics.ring_desired_nodes.labels(namespace, name).set(desired)
+    metrics.ring_scaling.labels(namespace, name).set(step is not None and finished_at is None)
+    metrics.set_ring_series(metrics.ring_scaling_held, namespace, name, decision.held)
 
 
 def _follow_cleanup(body: dict, namespace: str, observed: Observed, finished_at: dt.datetime | None,
@@ -157,6 +165,7 @@ def _autoscale(name: str, namespace: str, spec: dict, status: dict, body: dict, 
               "belowSince": window.below_since and format_time(window.below_since)}
     if value is not None:
         report.update(value=round(value), observedAt=format_time(now))
+        memo.metrics.set_ring_series(memo.metrics.ring_autoscaler_value, namespace, name, report["metric"], value)
     if wanted is not None:
         memo.kube.scale_ring(namespace, name, wanted)
         event(body, "Autoscaled", f"spec.nodes {nodes} → {wanted}: {why}")
@@ -171,19 +180,23 @@ def _start_step(name: str, namespace: str, body: dict, step: Step, memo: Context
     memo.kube.patch_custom(DATACENTERS, namespace, ProvisionedRing(name).datacenter,
                            {"metadata": {"annotations": step_annotations(step)}, "spec": {"size": step.to}})
     direction = "up" if step.up else "down"
-    memo.metrics.ring_steps.labels(direction).inc()
+    memo.metrics.ring_steps.labels(namespace, name, direction).inc()
     event(body, f"Scaling{direction.capitalize()}", f"{step.start} → {step.to} nodes ({step.reason})")
     return step
 
 
 def _report(status: dict, body: dict, conditions: Conditions, observed: Observed, decision: Decision,
-            step: Step | None, finished_at: dt.datetime | None, floor: int, patch: kopf.Patch) -> None:
-    """Status from the observation and the decision; events on the transitions (a step done, a step held)."""
+            step: Step | None, finished_at: dt.datetime | None, floor: int, patch: kopf.Patch) -> bool:
+    """Status from the observation and the decision; events on the transitions (a step done, a step held);
+    → whether the step finished just now."""
     previous = status.get("lastStep") or {}
     last_step = None
+    finished = False
     if step is not None:
         last_step = step_status(step, finished_at, observed.cleanup)
-        if finished_at and not previous.get("finishedAt") and previous.get("startedAt") == last_step["startedAt"]:
+        finished = bool(finished_at and not previous.get("finishedAt")
+                        and previous.get("startedAt") == last_step["startedAt"])
+        if finished:
             event(body, "StepFinished", f"{step.start} → {step.to} nodes done"
                   + (" and cleaned up" if last_step["cleanupDoneAt"] else ""))
     if step is not None and finished_at is None:
@@ -205,6 +218,7 @@ def _report(status: dict, body: dict, conditions: Conditions, observed: Observed
         "nodes": observed.nodes, "readyNodes": observed.ready, "targetNodes": decision.target or observed.size,
         "replicationFactor": floor, "lastStep": last_step, "conditions": conditions.as_list(),
     })
+    return finished
 
 
 def delete(name: str, namespace: str, body: dict, memo: Context, **_) -> None:

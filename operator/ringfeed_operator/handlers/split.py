@@ -100,6 +100,7 @@ def watch_job(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     if state == "failed" and job is not None:  # failed: read from the Job, so it exists
         message = memo.kube.job_failure(namespace, job)
         event(body, "SplitFailed", message, warning=True)
+        memo.metrics.job_outcomes.labels("split", "failed").inc()
         conditions.set("Ready", False, "Failed", f"Job {status['jobName']} failed: {message}")
     elif state == "missing":  # deleted by hand before it finished: made again
         _ensure_split_job(namespace, spec, body, split_spec(spec), memo, patch, conditions, generation)
@@ -125,6 +126,7 @@ def watch_job(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
                 for part, samples in stored.part_sizes.items():
                     memo.metrics.split_samples.labels(namespace, name, part).set(samples)
                 conditions.set("Ready", True, "Computed", computed_message(stored))
+                memo.metrics.job_outcomes.labels("split", "succeeded").inc()
                 event(body, "SplitComputed", ", ".join(f"{p} {n:,}" for p, n in stored.part_sizes.items()))
     patch.status["conditions"] = conditions.as_list()
     patch.status["observedGeneration"] = generation

@@ -149,12 +149,14 @@ def _phase_changed(body: dict, namespace: str, job: dict | None, current: str, m
         conditions.set("Succeeded", True, "AllEpochsDelivered", "every rank finished")
         conditions.set("Ready", False, "Succeeded", "the job has finished")
         patch.status["completionTime"] = now
+        memo.metrics.job_outcomes.labels("trainer", "succeeded").inc()
         event(body, "Succeeded", "every rank finished")
     elif current == "Failed" and job is not None:
         message = memo.kube.job_failure(namespace, job)
         conditions.set("Failed", True, "JobFailed", message)
         conditions.set("Ready", False, "Failed", message)
         patch.status["completionTime"] = now
+        memo.metrics.job_outcomes.labels("trainer", "failed").inc()
         event(body, "Failed", message, warning=True)
     elif current == "Running":
         event(body, "Running", "ranks are running")

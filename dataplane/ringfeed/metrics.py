@@ -1,0 +1,139 @@
+"""Prometheus metrics of the data path. A loader's figures (in the trainer's process, or in the TrainingJob's
+sidecar) are read at scrape time from its counters, the native ones included: the hot path only bumps atomics.
+
+Every family is labelled by ``dataset``, ``split``, ``part``, ``rank`` and ``trainingjob`` (empty outside a
+TrainingJob): a bounded set, one series per rank. docs/observability.md lists the families and what each says about
+a slow training step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from ringfeed._native import LoaderMetrics, MetricsSnapshot, WindowStats
+
+NO_WINDOW: WindowStats = {"window_bytes": 0, "in_flight_bytes": 0, "peak_in_flight_bytes": 0, "pending_bytes": 0,
+                          "min_rtt_ms": None, "srtt_ms": None}
+
+LABELS = ("dataset", "split", "part", "rank", "trainingjob")
+# Stages of the path, each asked "was your input ready when your consumer wanted it?": a decoder thread going for
+# fetched samples, the loader's consumer going for the next batch, and (sidecar) the trainer going for its slot.
+STAGES = ("decode", "batch", "trainer")
+
+
+@dataclasses.dataclass
+class PathFigures:
+    """What one loader (or the sidecar in front of it) has done, at one moment."""
+
+    samples: int
+    batches: int
+    bytes: int
+    trainer_wait_s: float
+    retries: int
+    skipped: dict[str, int]  # reason (missing, corrupt) → samples
+    epoch: int
+    position_samples: int
+    native: MetricsSnapshot
+    window_bytes: int = 0
+    in_flight_bytes: int = 0
+    queued_batches: int = 0  # ready beyond the native reader (the sidecar's slots written, not handed out)
+    trainer_stage: tuple[int, int] | None = None  # (asked, found ready), sidecar only
+
+
+class PathCollector:
+    """Turns a `figures()` reading into metric families at each scrape (nothing when it returns None)."""
+
+    def __init__(self, figures: Callable[[], PathFigures | None], labels: dict[str, str]):
+        unknown = set(labels) - set(LABELS)
+        if unknown:
+            raise ValueError(f"unknown metric labels {sorted(unknown)}; the loader's labels are {LABELS}")
+        self._figures = figures
+        self._values = [str(labels.get(name, "")) for name in LABELS]
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self._figures()
+        if figures is None:
+            return
+        values = self._values
+
+        def family(kind, name: str, documentation: str, value: float, unit: str = "") -> Metric:
+            item = kind(f"ringfeed_loader_{name}", documentation, labels=LABELS, unit=unit)
+            item.add_metric(values, value)
+            return item
+
+        yield family(CounterMetricFamily, "samples", "Samples handed to the trainer.", figures.samples)
+        yield family(CounterMetricFamily, "batches", "Batches handed to the trainer.", figures.batches)
+        yield family(CounterMetricFamily, "delivered_bytes", "Bytes of the batches handed to the trainer.",
+                     figures.bytes)
+        yield family(CounterMetricFamily, "trainer_wait_seconds",
+                     "Time the trainer spent blocked on its next batch; its rate is the share of wall time the "
+                     "trainer waits for data.", figures.trainer_wait_s)
+        yield family(CounterMetricFamily, "retries", "Read requests retried after a transient failure.",
+                     figures.retries)
+        skipped = CounterMetricFamily("ringfeed_loader_skipped_samples", "Samples left out of their batch, by reason "
+                                      "(missing: no row; corrupt: could not be decoded).", labels=[*LABELS, "reason"])
+        for reason in ("missing", "corrupt"):
+            skipped.add_metric([*values, reason], figures.skipped.get(reason, 0))
+        yield skipped
+        yield family(GaugeMetricFamily, "epoch", "The epoch being delivered.", figures.epoch)
+        yield family(GaugeMetricFamily, "position_samples",
+                     "Samples of this rank delivered since the first epoch began.", figures.position_samples)
+        native = figures.native
+        yield family(GaugeMetricFamily, "prefetch_batches",
+                     "Batches read and assembled, waiting for the trainer (the prefetch queue).",
+                     native["batches_ready"] + figures.queued_batches)
+        yield family(GaugeMetricFamily, "window_bytes", "Bytes the adaptive window lets be in flight.",
+                     figures.window_bytes)
+        yield family(GaugeMetricFamily, "in_flight_bytes", "Bytes of the read requests in flight.",
+                     figures.in_flight_bytes)
+        for name, documentation, (bounds, cumulative, total) in (
+                ("fetch_latency_seconds", "One read request, sent to answered (retries included).",
+                 native["fetch_latency_seconds"]),
+                ("decode_seconds", "One image, decoded and resized.", native["decode_seconds"])):
+            histogram = HistogramMetricFamily(f"ringfeed_loader_{name}", documentation, labels=LABELS)
+            buckets = [(repr(float(bound)), count) for bound, count in zip(bounds, cumulative, strict=False)]
+            histogram.add_metric(values, [*buckets, ("+Inf", cumulative[-1])], sum_value=total)
+            yield histogram
+        stages = {"decode": native["decode_input"], "batch": native["batch_handoff"]}
+        if figures.trainer_stage is not None:
+            stages["trainer"] = figures.trainer_stage
+        asked = CounterMetricFamily("ringfeed_loader_stage_requests",
+                                    "Times a stage went for its next input: a decoder thread for fetched samples "
+                                    "(decode), the loader's consumer for a batch (batch), the trainer for its slot "
+                                    "(trainer, sidecar).", labels=[*LABELS, "stage"])
+        ready = CounterMetricFamily("ringfeed_loader_stage_ready",
+                                    "Of those, the times its input was ready (ready ÷ requests near 1: the stage "
+                                    "before keeps up).", labels=[*LABELS, "stage"])
+        for stage, (stage_asked, stage_ready) in stages.items():
+            asked.add_metric([*values, stage], stage_asked)
+            ready.add_metric([*values, stage], stage_ready)
+        yield asked
+        yield ready
+
+
+def loader_figures(loader, metrics: LoaderMetrics) -> PathFigures:
+    """An in-process Loader's figures (the trainer's waits are its waits in the loader)."""
+    stats, window = loader.stats, loader.window_stats() or NO_WINDOW
+    return PathFigures(samples=stats.samples, batches=stats.batches, bytes=stats.bytes, trainer_wait_s=stats.wait_s,
+                       retries=stats.retries, skipped={"missing": stats.missing, "corrupt": stats.corrupt},
+                       epoch=loader.epoch, position_samples=loader.plan.samples_delivered(loader.epoch, loader.offset),
+                       native=metrics.snapshot(), window_bytes=window["window_bytes"],
+                       in_flight_bytes=window["in_flight_bytes"])
+
+
+def serve_loader_metrics(loader, port: int, *, addr: str = "0.0.0.0", **labels: str) -> int:
+    """Serve `loader`'s metrics on ``http://addr:port/metrics`` from a thread (port 0: any free one); returns the
+    port. Labels: ``trainingjob``, and any of dataset, split, part and rank to name them otherwise than the loader
+    does."""
+    labels = {"dataset": loader.source.dataset, "split": loader.source.split_name, "part": loader.source.part,
+              "rank": str(loader.options.rank), **labels}
+    registry = CollectorRegistry()
+    registry.register(PathCollector(lambda: loader_figures(loader, loader.metrics), labels))
+    server, _ = start_http_server(port, addr=addr, registry=registry)
+    return server.server_address[1]
