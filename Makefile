@@ -124,20 +124,21 @@ lint-rust: ## cargo clippy -D warnings on the native extension and the benchmark
 	  cargo clippy --quiet --manifest-path $$crate/Cargo.toml --all-targets -- -D warnings || exit 1; \
 	done
 
-lint-chart: k8s-binaries ## helm lint --strict, with the chart's defaults and with e2e/values-local.yaml
+lint-chart: k8s-binaries | $(VENV)/.installed ## helm lint --strict (defaults, e2e/values-local.yaml); the shipped dashboards are monitoring/dashboards.py's
 	$(HELM) lint --strict charts/ringfeed
 	$(HELM) lint --strict charts/ringfeed -f e2e/values-local.yaml
+	$(PY) monitoring/dashboards.py --check
 
 lint-shell: ## shellcheck -S warning on every tracked shell script
 	@command -v shellcheck >/dev/null || { echo "error: shellcheck is required (Debian: apt-get install shellcheck)" >&2; exit 1; }
 	shellcheck -S warning $(SHELL_SCRIPTS)
 
 test: deps test-rust $(WANPROXY) $(PROMTOOL) k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
-	$(PY) -m pytest client/tests dataplane/tests operator/tests
+	$(PY) -m pytest client/tests dataplane/tests operator/tests monitoring/tests
 	$(MAKE) --no-print-directory test-e2e
 
 test-unit: deps test-rust $(PROMTOOL) ## Unit tests only (no servers, seconds)
-	$(PY) -m pytest client/tests dataplane/tests/unit operator/tests
+	$(PY) -m pytest client/tests dataplane/tests/unit operator/tests monitoring/tests
 
 # The tests touch no Python object, so the test binary links without libpython.
 test-rust: ## cargo test: the native extension's pure parts (decoding, batch assembly, request grouping, retry, ...)

@@ -8,9 +8,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 
-from ringfeed_operator.builders.ring import NodeLoad, node_load, ring_load
-
-METRICS_PORT = 9000
+from ringfeed_operator.builders.ring import MAAC_METRICS_PORT, NodeLoad, node_load, ring_load
 
 
 class RingLoads:
@@ -30,7 +28,8 @@ class RingLoads:
             if not address:
                 continue
             try:
-                with urllib.request.urlopen(f"http://{address}:{METRICS_PORT}/metrics", timeout=self._timeout_s) as r:
+                url = f"http://{address}:{MAAC_METRICS_PORT}/metrics"
+                with urllib.request.urlopen(url, timeout=self._timeout_s) as r:
                     text = r.read().decode()
             except OSError:
                 continue

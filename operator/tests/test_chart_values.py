@@ -16,7 +16,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ringfeed"
 HELM = shutil.which("helm", path=REPO / ".cache" / "k8s" / "bin") or shutil.which("helm")
-RESERVED_MONITORING = ("serviceMonitor", "podMonitor", "prometheusRule", "dashboards")
+PROMETHEUS_OPERATOR_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+RULES = yaml.safe_load((CHART / "files" / "monitoring" / "rules.yaml").read_text())
 VALUES_TEXT = (CHART / "values.yaml").read_text()
 VALUES = yaml.safe_load(VALUES_TEXT)
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
@@ -71,30 +72,71 @@ def test_the_readme_table_lists_every_value_with_its_description_and_default():
         assert (description, default) == (PARAMS[name], shown(defaults[name])), name
 
 
-def test_monitoring_is_shaped_like_the_ecosystems_and_off_but_for_the_service():
+def test_monitoring_is_shaped_like_the_ecosystems():
     monitoring = VALUES["monitoring"]
-    assert monitoring["service"] == {"enabled": True}
-    assert all(monitoring[name]["enabled"] is False for name in RESERVED_MONITORING)
+    assert monitoring["service"] == {"enabled": True} and monitoring["labels"] == {}
+    assert all(monitoring[name]["enabled"] is True for name in ("serviceMonitor", "podMonitor", "prometheusRule",
+                                                                "dashboards"))
     assert (monitoring["dashboards"]["label"], monitoring["dashboards"]["labelValue"]) == ("grafana_dashboard", "1")
 
 
-def helm_template(*values: str) -> subprocess.CompletedProcess:
+def helm_template(*values: str, api_versions: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     arguments = [part for value in ("crds.install=false", *values) for part in ("--set", value)]  # CRDs: slow YAML
+    arguments += [part for version in api_versions for part in ("--api-versions", version)]
     return subprocess.run([HELM, "template", "ringfeed", str(CHART), *arguments], capture_output=True, text=True,
                           check=False)
 
 
+def rendered(*values: str, api_versions: tuple[str, ...] = ()) -> list[dict]:
+    result = helm_template(*values, api_versions=api_versions)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+WITH_PROMETHEUS_OPERATOR = tuple(f"monitoring.coreos.com/v1/{kind}" for kind in PROMETHEUS_OPERATOR_KINDS)
+
+
 @pytest.mark.skipif(HELM is None, reason="helm is not installed (make deps)")
-def test_the_metrics_service_carries_the_scrape_annotations_and_reserved_values_are_refused():
+def test_the_metrics_service_carries_the_scrape_annotations():
     def services(*values: str) -> list[dict]:
-        rendered = helm_template(*values)
-        assert rendered.returncode == 0, rendered.stderr
-        return [d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Service"]
+        return [d for d in rendered(*values) if d["kind"] == "Service"]
 
     [service] = services()
     assert service["metadata"]["annotations"] == {"prometheus.io/scrape": "true", "prometheus.io/port": "9090"}
     assert services("monitoring.service.enabled=false") == [] == services("operator.metricsPort=0")
-    for name in RESERVED_MONITORING:
-        refused = helm_template(f"monitoring.{name}.enabled=true")
-        assert refused.returncode != 0
-        assert f"monitoring.{name}.enabled: not rendered by this chart version yet" in refused.stderr
+
+
+@pytest.mark.skipif(HELM is None, reason="helm is not installed (make deps)")
+def test_prometheus_operator_objects_come_only_where_its_api_is_served_with_the_selecting_labels():
+    assert not [d for d in rendered() if d["kind"] in PROMETHEUS_OPERATOR_KINDS]
+    objects = rendered("monitoring.labels.release=kube-prometheus-stack", api_versions=WITH_PROMETHEUS_OPERATOR)
+    kinds = sorted(d["kind"] for d in objects if d["kind"] in PROMETHEUS_OPERATOR_KINDS)
+    assert kinds == ["PodMonitor", "PodMonitor", "PrometheusRule", "ServiceMonitor"]
+    for item in objects:
+        if item["kind"] in PROMETHEUS_OPERATOR_KINDS:
+            assert item["metadata"]["labels"]["release"] == "kube-prometheus-stack", item["metadata"]["name"]
+    [monitor] = [d for d in objects if d["kind"] == "ServiceMonitor"]
+    [service] = [d for d in objects if d["kind"] == "Service"]
+    selected = monitor["spec"]["selector"]["matchLabels"]
+    assert selected.items() <= service["metadata"]["labels"].items()  # it selects the metrics Service
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    [rule] = [d for d in objects if d["kind"] == "PrometheusRule"]
+    assert rule["spec"] == RULES  # the rule file, as promtool tests it
+    for name in ("serviceMonitor", "podMonitor", "prometheusRule"):
+        off = rendered(f"monitoring.{name}.enabled=false", api_versions=WITH_PROMETHEUS_OPERATOR)
+        assert len([d for d in off if d["kind"] in PROMETHEUS_OPERATOR_KINDS]) < len(kinds), name
+
+
+@pytest.mark.skipif(HELM is None, reason="helm is not installed (make deps)")
+def test_every_dashboard_ships_as_a_configmap_labelled_for_grafanas_sidecar():
+    files = sorted((CHART / "files" / "monitoring" / "dashboards").glob("*.json"))
+    assert len(files) == 3
+    maps = {key: (d["metadata"]["labels"], value) for d in rendered() if d["kind"] == "ConfigMap"
+            and d["metadata"]["labels"].get("app.kubernetes.io/component") == "monitoring"
+            for key, value in d["data"].items()}
+    assert sorted(maps) == [f.name for f in files]
+    for file in files:
+        labels, text = maps[file.name]
+        assert labels["grafana_dashboard"] == "1" and json.loads(text) == json.loads(file.read_text())
+    assert not [d for d in rendered("monitoring.dashboards.enabled=false") if d["kind"] == "ConfigMap"
+                and d["metadata"]["labels"].get("app.kubernetes.io/component") == "monitoring"]

@@ -73,6 +73,10 @@ def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
     assert spec["config"]["cassandra-yaml"]["authorizer"] == "CassandraAuthorizer"  # grants hold on any image
     assert spec["resources"] == RING["spec"]["resources"]
     assert spec["allowMultipleNodesPerWorker"] is False  # one Cassandra node per Kubernetes node unless asked
+    # the chart's PodMonitor selects the nodes by their Ring; an annotation-driven Prometheus finds the agent's port
+    assert spec["podTemplateSpec"]["metadata"] == {
+        "labels": {"ringfeed.io/ring": "images"},
+        "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9000", "prometheus.io/path": "/metrics"}}
     own_image = copy.deepcopy(RING)
     own_image["spec"].update(image="mine/cassandra:5.0.9", allowMultipleNodesPerWorker=True)
     own_image["spec"]["storage"] = {}

@@ -73,6 +73,18 @@ def test_only_the_sidecar_sees_the_ring_and_its_credentials():
     assert sidecar["image"] == SETTINGS.image and sidecar["resources"] == SETTINGS.resources["sidecar"]
 
 
+def test_the_sidecars_metrics_name_their_trainingjob_and_are_offered_for_scraping():
+    template = job_of(trainingjob())["spec"]["template"]
+    [named] = [e for e in template["spec"]["initContainers"][0]["env"] if e["name"] == "RINGFEED_TRAININGJOB"]
+    assert named["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['ringfeed.io/trainingjob']"
+    assert template["metadata"]["labels"]["ringfeed.io/trainingjob"] == "resnet-slides"
+    annotations = template["metadata"]["annotations"]
+    assert (annotations["prometheus.io/scrape"], annotations["prometheus.io/port"]) == ("true", "8477")
+    own = trainingjob()
+    own["spec"]["template"].setdefault("metadata", {})["annotations"] = {"prometheus.io/scrape": "false"}
+    assert job_of(own)["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "false"  # theirs
+
+
 def test_a_tls_ring_mounts_its_ca_into_the_sidecar_only():
     dataset = copy.deepcopy(DATASET)
     dataset["spec"]["storage"]["external"]["tls"] = {"enabled": True, "caSecret": {"name": "ring-ca", "key": "ca"}}

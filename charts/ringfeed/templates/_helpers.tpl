@@ -32,15 +32,12 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .image.repository (default .appVersion .image.tag) -}}
 {{- end -}}
 
-{{- /* Values the schema accepts but this chart cannot honour yet: fail with the reason instead of ignoring them. */ -}}
-{{- define "ringfeed.validateValues" -}}
-{{- $refused := list -}}
-{{- range $name := list "serviceMonitor" "podMonitor" "prometheusRule" "dashboards" -}}
-{{- if (index $.Values.monitoring $name).enabled -}}
-{{- $refused = append $refused (printf "monitoring.%s.enabled: not rendered by this chart version yet" $name) -}}
-{{- end -}}
-{{- end -}}
-{{- if $refused -}}
-{{- fail (printf "\n%s\nScrape the metrics through the Service of monitoring.service (prometheus.io/scrape annotations) meanwhile." (join "\n" $refused)) -}}
-{{- end -}}
+{{- /* The ServiceMonitor's, PodMonitors' and PrometheusRule's labels: monitoring.labels is what a Prometheus selects
+them by (kube-prometheus-stack's: release: <its release>). */ -}}
+{{- define "ringfeed.monitoringLabels" -}}
+{{ include "ringfeed.labels" . }}
+app.kubernetes.io/component: monitoring
+{{- with .Values.monitoring.labels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}

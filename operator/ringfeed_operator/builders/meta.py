@@ -14,3 +14,8 @@ def owner_reference(body: dict) -> dict:
     collector."""
     return {"apiVersion": body["apiVersion"], "kind": body["kind"], "name": body["metadata"]["name"],
             "uid": body["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def scrape_annotations(port: int) -> dict[str, str]:
+    """What a Prometheus that discovers Pods by annotation (the community chart's kubernetes-pods job) scrapes."""
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}

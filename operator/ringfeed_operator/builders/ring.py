@@ -14,7 +14,13 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ringfeed.ring import JOB_TLS_CA_FILE, PASSWORD_ENV, USERNAME_ENV, ProvisionedRing, RingRef, RingSecrets
-from ringfeed_operator.builders.meta import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, owner_reference
+from ringfeed_operator.builders.meta import (
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    MANAGER,
+    owner_reference,
+    scrape_annotations,
+)
 
 CA_VOLUME = "ring-ca"
 
@@ -117,6 +123,10 @@ def datacenter_spec(ring: dict, image: str) -> dict:
         "disableSystemLoggerSidecar": True,
         "allowMultipleNodesPerWorker": bool(spec.get("allowMultipleNodesPerWorker", False)),
         "storageConfig": {"cassandraDataVolumeClaimSpec": claim},
+        # The nodes' Pods name their Ring (the chart's PodMonitor selects them by it) and offer the Management API
+        # agent's metrics (Cassandra's own) to an annotation-driven Prometheus.
+        "podTemplateSpec": {"metadata": {"labels": {LABEL_RING: name},
+                                         "annotations": scrape_annotations(MAAC_METRICS_PORT)}},
         "resources": spec.get("resources") or {},
         "configBuilderResources": CONFIG_BUILDER_RESOURCES,
         "config": {"jvm-server-options": {"initial_heap_size": heap, "max_heap_size": heap},
@@ -360,6 +370,7 @@ LATENCY_P99 = "ReadLatencyP99Micros"
 # MAAC's metrics endpoint (port 9000): Cassandra's ClientRequest latency histogram of the reads each node
 # coordinated, cumulative since the node started, in microseconds.
 READ_LATENCY = "org_apache_cassandra_metrics_client_request_latency"
+MAAC_METRICS_PORT = 9000  # the agent's metrics endpoint (cass-operator names the container port "metrics")
 SAMPLE = re.compile(r"(\w+)\{(.*)\} (\S+)")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ringfeed_client.protocol import FEED_DIR_ENV, TRAININGJOB_ENV
 from ringfeed_operator.builders.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, owner_reference
+from ringfeed_operator.builders.meta import scrape_annotations
 from ringfeed_operator.builders.ring import ring_env, ring_volumes
 from ringfeed_operator.config import JobsConfig
 
@@ -85,8 +86,9 @@ def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int,
     template = copy.deepcopy(spec["template"])
     metadata = template.setdefault("metadata", {})
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels_of(name)}
+    metadata["annotations"] = {**scrape_annotations(SIDECAR_PORT), **(metadata.get("annotations") or {})}
     if positions := {str(item["rank"]): item["position"] for item in ranks or () if item.get("position")}:
-        metadata["annotations"] = {**(metadata.get("annotations") or {}),
+        metadata["annotations"] = {**metadata["annotations"],
                                    POSITIONS_ANNOTATION: json.dumps(positions, separators=(",", ":"), sort_keys=True)}
     pod = template["spec"]
     pod.setdefault("restartPolicy", DEFAULT_RESTART_POLICY)
