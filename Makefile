@@ -16,6 +16,7 @@ WANPROXY := benchmarks/wanproxy/target/release/wanproxy
 RF ?= 1
 HELM := $(CURDIR)/.cache/k8s/bin/helm
 PROMTOOL := $(CURDIR)/.cache/prometheus/usr/bin/promtool
+PROMETHEUS_OPERATOR_CRDS := $(CURDIR)/.cache/prometheus-operator/crds/monitoring.coreos.com_servicemonitors.yaml
 RUST_CRATES := dataplane/native benchmarks/refreader benchmarks/refwriter benchmarks/wanproxy
 # Every tracked shell script: *.sh, and regular files whose first line is a sh or bash shebang (the cluster's stubs).
 SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh') $(shell git ls-files -s | awk '$$1 ~ /^100/ {print $$4}' \
@@ -52,7 +53,10 @@ $(VENV)/.installed: client/pyproject.toml dataplane/pyproject.toml operator/pypr
 $(PROMTOOL): scripts/install-prometheus.sh
 	@scripts/install-prometheus.sh .cache/prometheus
 
-prometheus: $(PROMTOOL) ## Prometheus and promtool (Debian's package, unpacked into .cache/prometheus): metric and rule checks
+$(PROMETHEUS_OPERATOR_CRDS): scripts/fetch-prometheus-operator-crds.sh
+	@scripts/fetch-prometheus-operator-crds.sh .cache/prometheus-operator/crds
+
+prometheus: $(PROMTOOL) $(PROMETHEUS_OPERATOR_CRDS) ## Prometheus + promtool (Debian's package) and the Prometheus Operator's CRDs, into .cache
 
 k8s-binaries: ## Build etcd, Kubernetes v1.33 (kubectl, kube-proxy), CoreDNS, helm and kwok from the Go module proxy
 	@e2e/cluster/build-binaries.sh
@@ -133,7 +137,7 @@ lint-shell: ## shellcheck -S warning on every tracked shell script
 	@command -v shellcheck >/dev/null || { echo "error: shellcheck is required (Debian: apt-get install shellcheck)" >&2; exit 1; }
 	shellcheck -S warning $(SHELL_SCRIPTS)
 
-test: deps test-rust $(WANPROXY) $(PROMTOOL) k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
+test: deps test-rust $(WANPROXY) prometheus k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	$(PY) -m pytest client/tests dataplane/tests operator/tests monitoring/tests
 	$(MAKE) --no-print-directory test-e2e
 
@@ -148,7 +152,7 @@ test-rust: ## cargo test: the native extension's pure parts (decoding, batch ass
 test-integration: deps $(WANPROXY) $(PROMTOOL) ## Data-plane tests against real Cassandra nodes on loopback
 	$(PY) -m pytest dataplane/tests/integration
 
-test-e2e: deps $(PROMTOOL) k8s-binaries images ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
+test-e2e: deps prometheus k8s-binaries images ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
 	$(PY) -m pytest e2e/host
 	e2e/cluster/cluster.sh run $(PY) -m pytest e2e/tests
 

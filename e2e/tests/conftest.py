@@ -9,6 +9,8 @@
 Images come from `make images` (imported into the local cluster at its start).
 `namespace` (function): a fresh namespace per test, deleted afterwards; when the test fails, pod logs, events and
 every object's YAML are written to artifacts/<test>/ first.
+`prometheus` (session, local cluster): a real Prometheus scraping the cluster's annotated targets throughout, with the
+chart's rules; test_observability.py, run last, queries what the whole session left in it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -41,6 +44,7 @@ from kubecluster import (
     SYSTEM,
     Cluster,
 )
+from prometheus import Prometheus
 
 CLUSTER_SCRIPT = REPO / "e2e" / "cluster" / "cluster.sh"
 ARTIFACTS = Path(os.environ.get("RINGFEED_ARTIFACTS", REPO / "artifacts"))
@@ -85,6 +89,26 @@ def cluster() -> Cluster:
     finally:
         if not KEEP:
             _cluster_script("down")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prometheus(cluster: Cluster):
+    """Prometheus for the whole session (see prometheus.py), from the first test on; its log goes to artifacts/."""
+    folder = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test")) / "prometheus"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    server = Prometheus(folder, cluster.api)
+    try:
+        yield server
+    finally:
+        server.stop()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(server.log, ARTIFACTS / "prometheus.log")
+
+
+def pytest_collection_modifyitems(items):
+    """test_observability.py last: it queries what every other module's scenario left in Prometheus."""
+    items.sort(key=lambda item: item.module.__name__ == "test_observability")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -23,6 +23,7 @@ from ringfeed.splits.engine import compute_split
 
 from conftest import PATIENTS
 from kubecluster import CHART, CRDS, GROUP, LOCAL_VALUES, RELEASE, REPO, SYSTEM, VERSION, Cluster
+from prometheus import lint
 
 # -- helpers -----------------------------------------------------------------------------------------------------
 
@@ -163,6 +164,7 @@ def test_install_brings_the_operator_up(cluster: Cluster, release):
                    if any(port.port == 9090 for port in s.spec.ports))
     metrics = urllib.request.urlopen(f"http://{service.spec.cluster_ip}:9090/metrics", timeout=5).read().decode()
     assert "ringfeed_operator_reconciles_total" in metrics
+    assert lint(metrics) == ""  # Prometheus' own linter
 
 
 # -- Dataset and Split -------------------------------------------------------------------------------------------

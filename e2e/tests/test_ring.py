@@ -29,11 +29,13 @@ from kubernetes import client
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.loader import Loader
+from ringfeed.metrics import serve_loader_metrics
 from ringfeed.splits import load_split
 from ringfeed.store import Store
 
 from conftest import TEST_STATE
 from kubecluster import GROUP, SYSTEM, VERSION, Cluster
+from prometheus import Prometheus
 from test_operator import condition, create, events, get, wait_ready
 
 RING = "images"
@@ -47,6 +49,7 @@ BENCH_OUT = os.environ.get("RINGFEED_BENCH_RING_SCALE")
 # 2 → 3 → 2). The tests above run at 1.
 BENCH_RF = int(os.environ.get("RINGFEED_BENCH_RING_RF", "1"))
 BENCH_WARM_UP_S, BENCH_STEADY_S = 30, 90  # the loader's JIT-warm start, then each steady phase
+READER_JOB = "e2e-ring-reader"  # the `trainingjob` label of the Reader's loader metrics
 NODE_START_S = 420  # a Cassandra node starts in about 100 s on two idle cores; bootstraps and cleanups add to it
 
 
@@ -118,10 +121,12 @@ class Reader(threading.Thread):
     sample of the part once, with the bytes of its source file. A failed read is recorded, then reading goes on."""
 
     def __init__(self, address: ClusterAddress, part_uuids: list[bytes], digests: dict[bytes, str] | None = None,
-                 pause_s: float = 0.02):
-        """digests: UUID → sha256 of each sample's bytes, checked when given."""
+                 pause_s: float = 0.02, prometheus: Prometheus | None = None, namespace: str = ""):
+        """digests: UUID → sha256 of each sample's bytes, checked when given; prometheus: scrapes the loader's
+        metrics (as TrainingJob `e2e-ring-reader` of `namespace`)."""
         super().__init__(daemon=True)
         self.address, self.digests, self.part = address, digests, sorted(part_uuids)
+        self.prometheus, self.namespace = prometheus, namespace
         self.pause_s = pause_s
         self.stopping = threading.Event()
         self.epochs = 0
@@ -133,8 +138,12 @@ class Reader(threading.Thread):
         loader = None
         while not self.stopping.is_set():
             try:
-                loader = loader or Loader(CATALOG, SPLIT, "train", address=self.address, batch_size=4,
-                                          with_uuids=True, seed=self.epochs)
+                if loader is None:
+                    loader = Loader(CATALOG, SPLIT, "train", address=self.address, batch_size=4, with_uuids=True,
+                                    seed=self.epochs)
+                    if self.prometheus is not None:
+                        port = serve_loader_metrics(loader, 0, addr="127.0.0.1", trainingjob=READER_JOB)
+                        self.prometheus.add_loader(f"127.0.0.1:{port}", namespace=self.namespace)
                 seen = []
                 for blobs, _, uuids in loader:
                     for index, sample in enumerate(uuids):
@@ -251,7 +260,7 @@ def kill_pod(cluster: Cluster, selector: str) -> None:
 
 
 def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
-        cluster: Cluster, ns: str, ring: dict, source: Path):
+        cluster: Cluster, ns: str, ring: dict, source: Path, prometheus: Prometheus):
     status = ring["status"]
     assert status["datacenter"] == RING and status["service"] == f"{RING}-{RING}-service.{ns}.svc"
     dc = cluster.custom.get_namespaced_custom_object("cassandra.datastax.com", "v1beta1", ns, "cassandradatacenters",
@@ -272,7 +281,7 @@ def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
         check_least_privilege(reader, store.schema(CATALOG).keyspace)
 
         deleted: set[bytes] = set()
-        loaded = Reader(reader, train, digests)
+        loaded = Reader(reader, train, digests, prometheus=prometheus, namespace=ns)
         loaded.start()
         try:
             cluster.wait("a first epoch", lambda: loaded.epochs >= 1, timeout_s=60)
@@ -316,13 +325,14 @@ def check_least_privilege(reader: ClusterAddress, keyspace: str) -> None:
         cql.shutdown()
 
 
-def test_the_autoscaler_adds_a_node_under_load_and_removes_it_after(cluster: Cluster, ns: str, ring: dict):
+def test_the_autoscaler_adds_a_node_under_load_and_removes_it_after(cluster: Cluster, ns: str, ring: dict,
+                                                                    prometheus: Prometheus):
     _, reader = addresses(cluster, ns)
     with Store(reader) as store:
         train = [u.tobytes() for u in load_split(store, CATALOG, SPLIT).uuids("train")]
     cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "rings", RING, {"spec": {"autoscaling": {
         "metric": "ReadsPerSecondPerNode", "scaleUpAbove": 20, "scaleDownBelow": 2, "windowSeconds": 15}}})
-    loaded = Reader(reader, train)  # the bytes were checked above: here the load is what counts
+    loaded = Reader(reader, train, prometheus=prometheus, namespace=ns)  # the bytes were checked above: the load counts
     loaded.start()
     try:
         def grown():
