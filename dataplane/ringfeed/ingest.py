@@ -58,6 +58,12 @@ class IngestSummary:
     rejected: Counter = dataclasses.field(default_factory=Counter)
     examples: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    """How long the ingest took, once it is over."""
+    started_at: float = dataclasses.field(default_factory=time.monotonic)
+
+    def elapsed_s(self) -> float:
+        """Seconds the ingest has taken so far (all of them once it is over)."""
+        return self.seconds or time.monotonic() - self.started_at
 
     @property
     def rows_per_s(self) -> float:
@@ -128,8 +134,9 @@ class _ChunkBuilder:
 
 
 def ingest(store: Store, dataset: str, source_path: str, options: IngestOptions = IngestOptions(),
-           progress: IngestProgress | None = None) -> IngestSummary:
-    """Ingest every sample of ``source_path`` into ``dataset``; returns what was written and what was rejected.
+           progress: IngestProgress | None = None, summary: IngestSummary | None = None) -> IngestSummary:
+    """Ingest every sample of ``source_path`` into ``dataset``; returns what was written and what was rejected
+    (`summary`, filled as the ingest goes when given: a metrics endpoint reads it live).
     A failure of the ring stops it with the RingfeedError of its kind (RingUnavailable, RingTimeout, …)."""
     schema = store.schema(dataset)
     source = open_source(source_path, schema, options.format, options.path_column, options.label_column)
@@ -142,10 +149,10 @@ def ingest(store: Store, dataset: str, source_path: str, options: IngestOptions 
         raise ring_error(exc, f"ingest into {dataset!r}", store.address.where) from None
     writer = session.writer(concurrency=options.concurrency)
     builder = _ChunkBuilder(schema, options)
-    summary = IngestSummary(dataset, str(source_path))
+    summary = summary or IngestSummary(dataset, str(source_path))
     if progress:
         progress.start(source.total)
-    started = time.monotonic()
+    summary.started_at = time.monotonic()
     lookahead = 2 * options.workers
     with ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="ringfeed-ingest") as pool:
         pending: deque = deque()
@@ -167,7 +174,7 @@ def ingest(store: Store, dataset: str, source_path: str, options: IngestOptions 
             for future in pending:
                 future.cancel()
             summary.retries = writer.stats()["retries"]
-    summary.seconds = time.monotonic() - started
+    summary.seconds = time.monotonic() - summary.started_at
     store.record_ingest(dataset, summary.to_dict())
     return summary
 

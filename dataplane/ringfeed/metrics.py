@@ -1,9 +1,10 @@
-"""Prometheus metrics of the data path. A loader's figures (in the trainer's process, or in the TrainingJob's
-sidecar) are read at scrape time from its counters, the native ones included: the hot path only bumps atomics.
+"""Prometheus metrics of the data path: the loader's and the ingest's. A loader's figures (in the trainer's process,
+or in the TrainingJob's sidecar) are read at scrape time from its counters, the native ones included: the hot path
+only bumps atomics.
 
-Every family is labelled by ``dataset``, ``split``, ``part``, ``rank`` and ``trainingjob`` (empty outside a
-TrainingJob): a bounded set, one series per rank. docs/observability.md lists the families and what each says about
-a slow training step.
+Every loader family is labelled by ``dataset``, ``split``, ``part``, ``rank`` and ``trainingjob`` (empty outside a
+TrainingJob): a bounded set, one series per rank; the ingest's by ``dataset``. docs/observability.md lists the
+families and what each says about a slow training step.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 if TYPE_CHECKING:
     from ringfeed._native import LoaderMetrics, MetricsSnapshot, WindowStats
+    from ringfeed.ingest import IngestSummary
 
 NO_WINDOW: WindowStats = {"window_bytes": 0, "in_flight_bytes": 0, "peak_in_flight_bytes": 0, "pending_bytes": 0,
                           "min_rtt_ms": None, "srtt_ms": None}
@@ -135,5 +137,40 @@ def serve_loader_metrics(loader, port: int, *, addr: str = "0.0.0.0", **labels: 
               "rank": str(loader.options.rank), **labels}
     registry = CollectorRegistry()
     registry.register(PathCollector(lambda: loader_figures(loader, loader.metrics), labels))
+    server, _ = start_http_server(port, addr=addr, registry=registry)
+    return server.server_address[1]
+
+
+class IngestCollector:
+    """An ingest's figures from its live summary (``ringfeed ingest --metrics-port``: the operator's ingest Jobs)."""
+
+    def __init__(self, summary: IngestSummary):
+        self._summary = summary
+
+    def collect(self) -> Iterator[Metric]:
+        summary, labels = self._summary, ["dataset"]
+        rejected = dict(summary.rejected)  # a copy: the ingest thread adds reasons as it meets them
+
+        def family(kind, name: str, documentation: str, value: float) -> Metric:
+            item = kind(f"ringfeed_ingest_{name}", documentation, labels=labels)
+            item.add_metric([summary.dataset], value)
+            return item
+
+        yield family(CounterMetricFamily, "inputs", "Source samples read.", summary.inputs)
+        yield family(CounterMetricFamily, "samples", "Samples written.", summary.written)
+        yield family(CounterMetricFamily, "bytes", "Bytes of the samples written.", summary.bytes)
+        reasons = CounterMetricFamily("ringfeed_ingest_rejected_samples", "Source samples rejected, by reason "
+                                      "(corrupt, unreadable, too large, bad metadata, ...).",
+                                      labels=[*labels, "reason"])
+        for reason, count in sorted(rejected.items()):
+            reasons.add_metric([summary.dataset, reason], count)
+        yield reasons
+        yield family(GaugeMetricFamily, "elapsed_seconds", "Seconds since the ingest started.", summary.elapsed_s())
+
+
+def serve_ingest_metrics(summary: IngestSummary, port: int, addr: str = "0.0.0.0") -> int:
+    """Serve an ingest's metrics from a thread while it runs; returns the port."""
+    registry = CollectorRegistry()
+    registry.register(IngestCollector(summary))
     server, _ = start_http_server(port, addr=addr, registry=registry)
     return server.server_address[1]

@@ -144,7 +144,10 @@ def test_ingest_job_runs_ringfeed_ingest_with_the_spec_and_the_secret():
     assert container["image"] == "registry.example/ringfeed/dataplane:9"
     assert container["args"] == ["ingest", "tumour_slides", "/data/slides/v1", "--format=imagefolder",
                                  "--path-column=path", "--label-column=label", "--workers=4", "--concurrency=32",
-                                 "--max-sample-mb=64", "--consistency=ONE", "--full-decode"]
+                                 "--max-sample-mb=64", "--consistency=ONE", "--metrics-port=9102", "--full-decode"]
+    # its progress and rejects, for Prometheus while it runs
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9102}]
+    assert job["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9102"
     env = {e["name"]: e for e in container["env"]}
     assert env["RINGFEED_HOSTS"]["value"] == "cass-0.db,cass-1.db" and env["RINGFEED_PORT"]["value"] == "9142"
     assert env["RINGFEED_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "cass", "key": "pass"}}

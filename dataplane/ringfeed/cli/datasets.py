@@ -241,9 +241,12 @@ class RichIngestProgress:
 @click.option("--max-sample-mb", default=64, show_default=True, help="Larger inputs are rejected.")
 @click.option("--full-decode", is_flag=True, help="Decode every image to verify it (slow); default: structure check.")
 @click.option("--consistency", default="ONE", show_default=True, help="Write consistency level.")
+@click.option("--metrics-port", type=int, default=None,
+              help="Serve the ingest's progress and rejects by reason to Prometheus on this port while it runs "
+                   "(the operator's ingest Jobs do).")
 @click.pass_context
 def ingest_command(ctx, name, source, fmt, path_column, label_column, workers, concurrency, max_sample_mb,
-                   full_decode, consistency):
+                   full_decode, consistency, metrics_port):
     """Ingest SOURCE into dataset NAME; re-running is safe (same UUIDs, no duplicates).
 
     \b
@@ -253,14 +256,18 @@ def ingest_command(ctx, name, source, fmt, path_column, label_column, workers, c
       WebDataset .tar shards (a file or a folder)      fields: key + the .json member; label from .cls
     Corrupt, unreadable and oversized inputs are skipped and reported.
     """
-    from ringfeed.ingest import IngestOptions, ingest
+    from ringfeed.ingest import IngestOptions, IngestSummary, ingest
+    from ringfeed.metrics import serve_ingest_metrics
 
     options = IngestOptions(format=fmt, path_column=path_column, label_column=label_column, workers=workers,
                             concurrency=concurrency, max_sample_bytes=max_sample_mb * 2**20,
                             full_decode=full_decode, consistency=consistency)
+    summary = IngestSummary(name, str(source))
+    if metrics_port is not None:
+        serve_ingest_metrics(summary, metrics_port)
     with open_store(ctx) as store:
         with progress_bar() as progress:
-            summary = ingest(store, name, str(source), options, RichIngestProgress(progress))
+            ingest(store, name, str(source), options, RichIngestProgress(progress), summary)
         with console.status("counting samples…"):
             info = store.refresh_stats(name)
     print_ingest_summary(summary, info)

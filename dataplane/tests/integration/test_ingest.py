@@ -6,16 +6,21 @@ import io
 import json
 import tarfile
 import threading
+import urllib.request
 
 import numpy as np
 import pytest
 from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
 
 from ringfeed.demo import make_demo_set
 from ringfeed.errors import DatasetNotFound, RingfeedError
 from ringfeed.ids import sample_uuid
-from ringfeed.ingest import IngestOptions, ingest
+from ringfeed.ingest import IngestOptions, IngestSummary, ingest
+from ringfeed.metrics import serve_ingest_metrics
 from ringfeed.schema import Column, DatasetSchema, Encoding
+
+from conftest import check_metrics
 
 
 def image_bytes(fmt: str, seed: int) -> bytes:
@@ -203,3 +208,22 @@ def test_node_killed_mid_ingest_then_rerun_completes_without_duplicates(cassandr
     assert store.count_rows(dataset_name, "data_by_uuid") == rows
     assert store.count_rows(dataset_name, "metadata_by_nat") == rows
     assert store.refresh_stats(dataset_name).samples == rows
+
+
+def test_an_ingest_serves_its_progress_and_rejects_by_reason(store, dataset_name, tmp_path):
+    demo = make_demo_set(tmp_path, patients=2)
+    store.create_dataset(demo_schema(dataset_name))
+    summary = IngestSummary(dataset_name, str(demo.manifest))
+    port = serve_ingest_metrics(summary, 0, addr="127.0.0.1")
+    ingest(store, dataset_name, str(demo.manifest), summary=summary)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        exposition = response.read().decode()
+    check_metrics(exposition)
+    got = {(s.name, s.labels.get("reason")): s.value for family in text_string_to_metric_families(exposition)
+           for s in family.samples}
+    assert got["ringfeed_ingest_samples_total", None] == summary.written == demo.images
+    assert got["ringfeed_ingest_inputs_total", None] == demo.images + demo.broken
+    assert got["ringfeed_ingest_bytes_total", None] == summary.bytes > 0
+    assert {reason: value for (name, reason), value in got.items() if name == "ringfeed_ingest_rejected_samples_total"
+            } == {"corrupt": 3, "unreadable": 1, "bad metadata": 1}
+    assert 0 < got["ringfeed_ingest_elapsed_seconds", None] == summary.seconds

@@ -11,6 +11,7 @@ from ringfeed_operator.builders.meta import (
     LABEL_SPLIT,
     MANAGER,
     owner_reference,
+    scrape_annotations,
 )
 from ringfeed_operator.builders.ring import ring_env, ring_volumes
 from ringfeed_operator.config import JobsConfig
@@ -18,6 +19,7 @@ from ringfeed_operator.config import JobsConfig
 SOURCE_MOUNT = "/data"
 TTL_SECONDS_AFTER_FINISHED = 86400  # a finished Job, its Pods and their logs stay a day
 MAX_NAME = 63  # a Job's name becomes a Pod label value
+INGEST_METRICS_PORT = 9102  # `ringfeed ingest --metrics-port`: progress and rejects while the Job runs
 
 
 def job_name(owner: str, role: str, suffix: str) -> str:
@@ -26,7 +28,7 @@ def job_name(owner: str, role: str, suffix: str) -> str:
 
 
 def _job(name: str, owner: dict, labels: dict, container: dict, config: JobsConfig,
-         volumes: Sequence[dict] = ()) -> dict:
+         volumes: Sequence[dict] = (), annotations: dict[str, str] | None = None) -> dict:
     pod_spec = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,  # the data plane never calls the Kubernetes API
@@ -47,7 +49,8 @@ def _job(name: str, owner: dict, labels: dict, container: dict, config: JobsConf
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "labels": labels, "ownerReferences": [owner_reference(owner)]},
         "spec": {"backoffLimit": config.backoff_limit, "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
-                 "template": {"metadata": {"labels": labels}, "spec": pod_spec}},
+                 "template": {"metadata": {"labels": labels, **({"annotations": annotations} if annotations else {})},
+                              "spec": pod_spec}},
     }
 
 
@@ -63,6 +66,7 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, config: JobsC
         f"--path-column={ingest.get('pathColumn', 'path')}", f"--label-column={ingest.get('labelColumn', 'label')}",
         f"--workers={ingest.get('workers', 8)}", f"--concurrency={ingest.get('concurrency', 64)}",
         f"--max-sample-mb={ingest.get('maxSampleMB', 64)}", f"--consistency={ingest.get('consistency', 'ONE')}",
+        f"--metrics-port={INGEST_METRICS_PORT}",
     ]
     if ingest.get("fullDecode"):
         arguments.append("--full-decode")
@@ -70,10 +74,12 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, config: JobsC
     container = {
         "name": "ingest", "command": ["ringfeed"], "args": arguments, "env": ring_env(spec["storage"], writes=True),
         "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}, *tls_mounts],
+        "ports": [{"name": "metrics", "containerPort": INGEST_METRICS_PORT}],
         "resources": ingest.get("resources") or config.resources.get("ingest", {}),
     }
     volume = {"name": "source", **ingest["source"]["volume"]}
-    return _job(job_name(name, "ingest", fingerprint), dataset, labels, container, config, [volume, *tls_volumes])
+    return _job(job_name(name, "ingest", fingerprint), dataset, labels, container, config, [volume, *tls_volumes],
+                scrape_annotations(INGEST_METRICS_PORT))
 
 
 def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str], config: JobsConfig) -> dict:
