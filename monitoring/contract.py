@@ -66,9 +66,11 @@ _OPERATOR: dict[str, Family] = {
 
 # -- ingest Jobs -------------------------------------------------------------------------------------------------------
 _INGEST: dict[str, Family] = {
+    "ringfeed_ingest_inputs_total": Family("counter", ("dataset",)),
     "ringfeed_ingest_samples_total": Family("counter", ("dataset",)),
     "ringfeed_ingest_rejected_samples_total": Family("counter", ("dataset", "reason")),
     "ringfeed_ingest_bytes_total": Family("counter", ("dataset",)),
+    "ringfeed_ingest_elapsed_seconds": Family("gauge", ("dataset",)),
 }
 
 # -- the ring: Cassandra's own metrics as MAAC, the Management API agent in each Cassandra Pod, exports them on port

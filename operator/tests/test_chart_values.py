@@ -111,7 +111,7 @@ def test_prometheus_operator_objects_come_only_where_its_api_is_served_with_the_
     assert not [d for d in rendered() if d["kind"] in PROMETHEUS_OPERATOR_KINDS]
     objects = rendered("monitoring.labels.release=kube-prometheus-stack", api_versions=WITH_PROMETHEUS_OPERATOR)
     kinds = sorted(d["kind"] for d in objects if d["kind"] in PROMETHEUS_OPERATOR_KINDS)
-    assert kinds == ["PodMonitor", "PodMonitor", "PrometheusRule", "ServiceMonitor"]
+    assert kinds == ["PodMonitor", "PodMonitor", "PodMonitor", "PrometheusRule", "ServiceMonitor"]
     for item in objects:
         if item["kind"] in PROMETHEUS_OPERATOR_KINDS:
             assert item["metadata"]["labels"]["release"] == "kube-prometheus-stack", item["metadata"]["name"]
