@@ -94,6 +94,17 @@ class Cluster:
             except ProcessLookupError:
                 pass
 
+    def replace_pod(self, namespace: str, selector: str) -> None:
+        """Delete the one Pod of `selector` at once, as a lost node would, and wait for the Pod its Deployment starts
+        instead to be ready."""
+        def running():
+            pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
+            return next((p for p in pods if not p.metadata.deletion_timestamp), None)
+        victim = running().metadata.name
+        self.kubectl("delete", "pod", victim, "-n", namespace, "--grace-period=0", "--force", "--wait=false")
+        self.wait(f"a new Pod of {selector} ready", lambda: (pod := running()) and pod.metadata.name != victim
+                  and pod.status.container_statuses and pod.status.container_statuses[0].ready, timeout_s=120)
+
     def wait_pod_done(self, namespace: str, name: str, timeout_s: float = 90) -> client.V1Pod:
         def done():
             pod = self.core.read_namespaced_pod(name, namespace)

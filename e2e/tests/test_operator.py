@@ -356,21 +356,11 @@ def test_a_keyspace_another_dataset_owns_is_left_alone(cluster: Cluster, ns: str
 def test_operator_killed_mid_reconcile_converges(cluster: Cluster, ns: str, ring, source, store):
     """Kill the operator right after the Dataset is created and again while its ingest Job runs: one Job, one
     ingest, the same status as an undisturbed run."""
-    def operator_pod():
-        pods = cluster.core.list_namespaced_pod(SYSTEM, label_selector="app.kubernetes.io/component=operator").items
-        return next((p for p in pods if not p.metadata.deletion_timestamp), None)
-
-    def kill_operator():
-        victim = operator_pod().metadata.name
-        cluster.kubectl("delete", "pod", victim, "-n", SYSTEM, "--grace-period=0", "--force", "--wait=false")
-        cluster.wait("a new operator Pod ready", lambda: (pod := operator_pod()) and pod.metadata.name != victim
-                     and pod.status.container_statuses and pod.status.container_statuses[0].ready, timeout_s=120)
-
     create(cluster, ns, "datasets", dataset_manifest("resilient", ring, source))
-    kill_operator()
+    cluster.replace_pod(SYSTEM, "app.kubernetes.io/component=operator")
     cluster.wait("the ingest Job", lambda: cluster.batch.list_namespaced_job(
         ns, label_selector="ringfeed.io/dataset=resilient").items, timeout_s=90)
-    kill_operator()
+    cluster.replace_pod(SYSTEM, "app.kubernetes.io/component=operator")
     dataset = wait_ready(cluster, ns, "datasets", "resilient")
     counts = expected_counts(source)
     assert dataset["status"]["samples"] == sum(counts.values())

@@ -247,18 +247,6 @@ def wait_scaling(cluster: Cluster, ns: str) -> None:
                  == "True", timeout_s=60)
 
 
-def kill_pod(cluster: Cluster, selector: str) -> None:
-    """Delete the one Pod of `selector` in the chart's namespace at once, as a lost node would; its Deployment
-    starts another."""
-    def running():
-        pods = cluster.core.list_namespaced_pod(SYSTEM, label_selector=selector).items
-        return next((p for p in pods if not p.metadata.deletion_timestamp), None)
-    victim = running().metadata.name
-    cluster.kubectl("delete", "pod", victim, "-n", SYSTEM, "--grace-period=0", "--force", "--wait=false")
-    cluster.wait(f"a new Pod of {selector} ready", lambda: (pod := running()) and pod.metadata.name != victim
-                 and pod.status.container_statuses and pod.status.container_statuses[0].ready, timeout_s=120)
-
-
 def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
         cluster: Cluster, ns: str, ring: dict, source: Path, prometheus: Prometheus):
     status = ring["status"]
@@ -287,7 +275,7 @@ def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
             cluster.wait("a first epoch", lambda: loaded.epochs >= 1, timeout_s=60)
             scale(cluster, ns, 2)
             wait_scaling(cluster, ns)
-            kill_pod(cluster, "app.kubernetes.io/name=cass-operator")  # cass-operator, mid-join
+            cluster.replace_pod(SYSTEM, "app.kubernetes.io/name=cass-operator")  # cass-operator, mid-join
             grown = wait_settled(cluster, ns, 2)
             assert grown["status"]["lastStep"]["reason"] == "spec.nodes 2"
             check_every_sample(store, source, deleted)
@@ -299,7 +287,7 @@ def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
             epochs_at_two = loaded.epochs
             scale(cluster, ns, 1)
             wait_scaling(cluster, ns)
-            kill_pod(cluster, "app.kubernetes.io/component=operator")  # Ringfeed's, mid-decommission
+            cluster.replace_pod(SYSTEM, "app.kubernetes.io/component=operator")  # Ringfeed's, mid-decommission
             wait_settled(cluster, ns, 1)
             check_every_sample(store, source, deleted)
             cluster.wait("epochs after the scale-down", lambda: loaded.epochs >= epochs_at_two + 2, timeout_s=60)
