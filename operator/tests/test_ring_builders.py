@@ -77,6 +77,7 @@ def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
     assert spec["podTemplateSpec"]["metadata"] == {
         "labels": {"ringfeed.io/ring": "images"},
         "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9000", "prometheus.io/path": "/metrics"}}
+    assert spec["podTemplateSpec"]["spec"] == {"containers": []}  # required by the schema; cass-operator adds its own
     own_image = copy.deepcopy(RING)
     own_image["spec"].update(image="mine/cassandra:5.0.9", allowMultipleNodesPerWorker=True)
     own_image["spec"]["storage"] = {}

@@ -124,9 +124,11 @@ def datacenter_spec(ring: dict, image: str) -> dict:
         "allowMultipleNodesPerWorker": bool(spec.get("allowMultipleNodesPerWorker", False)),
         "storageConfig": {"cassandraDataVolumeClaimSpec": claim},
         # The nodes' Pods name their Ring (the chart's PodMonitor selects them by it) and offer the Management API
-        # agent's metrics (Cassandra's own) to an annotation-driven Prometheus.
+        # agent's metrics (Cassandra's own) to an annotation-driven Prometheus. The schema requires a containers
+        # list; cass-operator adds its own containers to an empty one.
         "podTemplateSpec": {"metadata": {"labels": {LABEL_RING: name},
-                                         "annotations": scrape_annotations(MAAC_METRICS_PORT)}},
+                                         "annotations": scrape_annotations(MAAC_METRICS_PORT)},
+                            "spec": {"containers": []}},
         "resources": spec.get("resources") or {},
         "configBuilderResources": CONFIG_BUILDER_RESOURCES,
         "config": {"jvm-server-options": {"initial_heap_size": heap, "max_heap_size": heap},
