@@ -132,6 +132,8 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     metrics.ring_desired_nodes.labels(namespace, name).set(desired)
     metrics.ring_scaling.labels(namespace, name).set(step is not None and finished_at is None)
     metrics.set_ring_series(metrics.ring_scaling_held, namespace, name, decision.held)
+    for direction in ("up", "down"):  # at 0 before the first step, so that the first step is a change of the counter
+        metrics.ring_steps.labels(namespace, name, direction)
 
 
 def _follow_cleanup(body: dict, namespace: str, observed: Observed, finished_at: dt.datetime | None,
