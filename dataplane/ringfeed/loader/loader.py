@@ -169,6 +169,15 @@ class Loader:
         self._counted_before_fetcher = (0, 0)  # retries, buffers allocated: a fetcher counts its own from zero
         self._next_epoch: _NextEpoch | None = None
 
+    def __getstate__(self) -> dict:
+        """A loader pickled into another process (a DataLoader worker started by spawn) connects and measures there
+        on its own: the native reader and counters stay in this one."""
+        return {**self.__dict__, "metrics": None, "_fetcher": None, "_fetcher_pid": None, "_next_epoch": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.metrics = LoaderMetrics()
+
     def window_stats(self) -> WindowStats | None:
         """The native reader's adaptive window (bytes in flight, round trips); None before this process read."""
         return self._fetcher.window() if self._fetcher is not None else None
