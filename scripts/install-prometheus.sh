@@ -10,7 +10,9 @@ target=${1:?usage: install-prometheus.sh DIR}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "prometheus: downloading Debian's prometheus $version …"
-(cd "$work" && apt-get download -qq "prometheus=$version" 2>/dev/null) || {
+download() { (cd "$work" && apt-get download -qq "prometheus=$version" 2>/dev/null); }
+# A fresh machine may have no package lists yet: fetch them once (root only) and try again.
+download || { [[ $(id -u) -eq 0 ]] && apt-get update -qq && download; } || {
     echo "error: apt-get download prometheus=$version failed: is Debian's package index reachable (apt-get update)?" >&2
     exit 1
 }
