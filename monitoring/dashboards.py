@@ -123,6 +123,13 @@ def query_variable(name: str, label: str, query: str, *, multi: bool) -> builder
     return variable
 
 
+def ring_size_targets(selector: str) -> Targets:
+    """A Ring's nodes, desired nodes and ready nodes (the operator's gauges), one series each per ring."""
+    return targets(*((f"sum by (namespace, ring) (ringfeed_ring_{gauge}{{{selector}}})", f"{{{{ring}}}} {legend}")
+                     for gauge, legend in (("nodes", "nodes"), ("desired_nodes", "desired"),
+                                           ("ready_nodes", "ready"))))
+
+
 def steps_annotation(selector: str) -> builders.AnnotationQuery:
     """A marker at each scaling step of a ring (its step counter moved)."""
     return (builders.AnnotationQuery().name("Ring scaling steps").datasource(DATASOURCE).enable(True)
@@ -188,9 +195,7 @@ def overview() -> builders.Dashboard:
         .with_panel(graph(
             "Ring nodes", "Nodes each Ring has (started, not leaving), the size it should have (spec or autoscaler) "
             "and how many are ready.", "none",
-            targets((f"sum by (namespace, ring) (ringfeed_ring_nodes{{{ns}}})", "{{ring}} nodes"),
-                    (f"sum by (namespace, ring) (ringfeed_ring_desired_nodes{{{ns}}})", "{{ring}} desired"),
-                    (f"sum by (namespace, ring) (ringfeed_ring_ready_nodes{{{ns}}})", "{{ring}} ready"))))
+            ring_size_targets(ns)))
         .with_panel(state_panel(
             "Ring scaling", "Whether a scaling step of each Ring is under way (Ringfeed / Ring has the details).",
             targets((f"max by (namespace, ring) (ringfeed_ring_scaling{{{ns}}})", "{{namespace}}/{{ring}}")),
@@ -263,9 +268,7 @@ def ring() -> builders.Dashboard:
         .with_panel(graph(
             "Ring size", "Nodes the Ring has (started, not leaving), should have, and has ready. The orange markers "
             "are scaling steps.", "none",
-            targets((f"sum by (namespace, ring) (ringfeed_ring_nodes{{{ns},{rings}}})", "{{ring}} nodes"),
-                    (f"sum by (namespace, ring) (ringfeed_ring_desired_nodes{{{ns},{rings}}})", "{{ring}} desired"),
-                    (f"sum by (namespace, ring) (ringfeed_ring_ready_nodes{{{ns},{rings}}})", "{{ring}} ready"))))
+            ring_size_targets(f"{ns},{rings}")))
         .with_panel(state_panel(
             "Scaling state", "Whether a step is under way (RingfeedRingScalingStuck after 30 minutes) and whether the "
             "autoscaler holds one back, with the guard's reason (the Ring's ScalingHeld condition).",
@@ -351,10 +354,7 @@ def training_data_path() -> builders.Dashboard:
         .with_panel(graph(
             "6 · Ring: size and scaling steps", "Nodes the ring has, should have and has ready; the orange markers "
             "are scaling steps (a node streaming in or out slows reads for a while).", "none",
-            targets((f"sum by (namespace, ring) (ringfeed_ring_nodes{{{rings}}})", "{{ring}} nodes"),
-                    (f"sum by (namespace, ring) (ringfeed_ring_desired_nodes{{{rings}}})", "{{ring}} desired"),
-                    (f"sum by (namespace, ring) (ringfeed_ring_ready_nodes{{{rings}}})", "{{ring}} ready")),
-            w=WIDTH, h=height))
+            ring_size_targets(rings), w=WIDTH, h=height))
     )
 
 
