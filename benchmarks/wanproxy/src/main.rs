@@ -1,21 +1,26 @@
 //! wanproxy: forwards TCP connections from a loopback address to an upstream one, delaying every byte by half a
 //! round trip in each direction. Nothing else changes: no loss, no bandwidth cap, no reordering.
 //!
-//! Each direction of a connection has a reader thread, which stamps every chunk it reads with the time it may leave,
-//! and a writer thread, which sends each chunk at its time; the chunks in between are the bytes "on the wire" (a
-//! long link holds bandwidth × delay of them). With no delay one thread per direction moves the bytes with splice(2),
-//! inside the kernel.
+//! The bytes never pass through this process: they move from socket to kernel pipe to socket with splice(2). With a
+//! delay, each direction of a connection has a reader thread, which moves whatever arrives into a pipe and stamps
+//! that run of bytes with the time it may leave, and a writer thread, which splices each run out at its time. The
+//! pipes in between hold the bytes "on the wire" (a long link holds bandwidth × delay of them); a full pipe is set
+//! aside until its bytes have left, and the reader goes on in another. With no delay one thread per direction passes
+//! each run straight through its pipe.
 //!
 //! Prints `listening on ADDRESS` (the port chosen when asked for 0) and runs until killed.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Bytes read at once: large enough that a fast stream costs few system calls.
-const CHUNK: usize = 256 * 1024;
+/// Bytes a pipe is asked to hold (Linux's default ceiling for an unprivileged process): a fast stream then costs few
+/// system calls and few pipes.
+const PIPE_BYTES: usize = 1024 * 1024;
 
 struct Options {
     listen: SocketAddr,
@@ -70,7 +75,7 @@ fn main() {
 /// Pumps both directions of one connection on their own threads.
 fn forward(client: TcpStream, upstream: TcpStream, one_way: Duration) {
     for stream in [&client, &upstream] {
-        // Delayed or not, a chunk leaves as soon as it may: Nagle's algorithm would hold small ones back.
+        // A run of bytes leaves as soon as it may: Nagle's algorithm would hold small ones back.
         let _ = stream.set_nodelay(true);
     }
     let pairs = [
@@ -84,57 +89,6 @@ fn forward(client: TcpStream, upstream: TcpStream, one_way: Duration) {
     }
 }
 
-/// Copies `from` to `to`, each chunk `delay` after it was read; at the end shuts down the write half of `to`.
-fn pump(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
-    if delay.is_zero() {
-        if splice_through_pipe(&from, &to).is_err() {
-            // splice(2) unavailable: copy through a buffer.
-            let mut buffer = vec![0; CHUNK];
-            while let Ok(read) = read_some(&mut from, &mut buffer) {
-                if read == 0 || to.write_all(&buffer[..read]).is_err() {
-                    break;
-                }
-            }
-        }
-        let _ = to.shutdown(Shutdown::Write);
-        return;
-    }
-    let (chunks, due_chunks) = channel::<(Instant, Vec<u8>)>();
-    let (spent, free) = channel::<Vec<u8>>();
-    let writer = thread::spawn(move || send_when_due(due_chunks, to, spent));
-    loop {
-        let mut buffer = free.try_recv().unwrap_or_else(|_| vec![0; CHUNK]);
-        buffer.resize(CHUNK, 0);
-        match read_some(&mut from, &mut buffer) {
-            Ok(read) if read > 0 => {
-                buffer.truncate(read);
-                if chunks.send((Instant::now() + delay, buffer)).is_err() {
-                    break; // the writer stopped: the other side is gone
-                }
-            }
-            _ => break,
-        }
-    }
-    drop(chunks); // the writer sends what is left, then shuts down
-    let _ = writer.join();
-    let _ = from.shutdown(Shutdown::Read);
-}
-
-/// Sends each chunk at its time; hands the emptied buffer back for reuse.
-fn send_when_due(due_chunks: Receiver<(Instant, Vec<u8>)>, mut to: TcpStream, spent: Sender<Vec<u8>>) {
-    for (due, buffer) in due_chunks {
-        let wait = due.saturating_duration_since(Instant::now());
-        if !wait.is_zero() {
-            thread::sleep(wait);
-        }
-        if to.write_all(&buffer).is_err() {
-            break;
-        }
-        let _ = spent.send(buffer);
-    }
-    let _ = to.shutdown(Shutdown::Write);
-}
-
 /// Linux's splice(2) and pipe2(2), declared here to keep the crate free of dependencies.
 mod sys {
     unsafe extern "C" {
@@ -144,28 +98,46 @@ mod sys {
         pub fn close(fd: i32) -> i32;
     }
     pub const SPLICE_F_MOVE: u32 = 1;
+    /// Applies to the pipe only (a blocking socket still waits for data): a full pipe answers EAGAIN.
+    pub const SPLICE_F_NONBLOCK: u32 = 2;
     pub const O_CLOEXEC: i32 = 0o2_000_000;
     pub const F_SETPIPE_SZ: i32 = 1031;
 }
 
-/// Moves `from` to `to` through a pipe inside the kernel (no copy into this process: at no delay the proxy then
-/// costs the two sockets' work only). Ok at end of stream or when a side is gone; Err if splice cannot be used.
-fn splice_through_pipe(from: &TcpStream, to: &TcpStream) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
+/// A kernel pipe: bytes wait in it between the two sockets without being copied into this process.
+struct Pipe {
+    read_end: i32,
+    write_end: i32,
+}
 
-    let mut pipe = [0i32; 2];
-    // Safety: pipe2 writes two descriptors into the array it is given.
-    if unsafe { sys::pipe2(pipe.as_mut_ptr(), sys::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
+impl Pipe {
+    fn new() -> std::io::Result<Pipe> {
+        let mut ends = [0i32; 2];
+        // Safety: pipe2 writes two descriptors into the array it is given.
+        if unsafe { sys::pipe2(ends.as_mut_ptr(), sys::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Safety: a plain system call on a descriptor this process owns. The kernel may refuse (the pipe keeps
+        // 64 kB): the proxy then uses more pipes.
+        unsafe { sys::fcntl(ends[1], sys::F_SETPIPE_SZ, PIPE_BYTES as i32) };
+        Ok(Pipe { read_end: ends[0], write_end: ends[1] })
     }
-    let [pipe_out, pipe_in] = pipe;
-    // A larger pipe moves more per call (the kernel may refuse: 64 kB then).
-    // Safety: plain system calls on descriptors this function owns or borrows.
-    unsafe { sys::fcntl(pipe_in, sys::F_SETPIPE_SZ, CHUNK as i32) };
-    // Not SPLICE_F_MORE: it corks the socket, holding a partial segment back for up to 200 ms.
-    let flags = sys::SPLICE_F_MOVE;
-    let splice = |source: i32, target: i32, len: usize| loop {
-        // Safety: null offsets (sockets and pipes have none).
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        // Safety: the descriptors are this pipe's own and used no more.
+        unsafe {
+            sys::close(self.read_end);
+            sys::close(self.write_end);
+        }
+    }
+}
+
+/// splice(2) between two descriptors with no offsets (sockets and pipes have none), retried when interrupted.
+fn splice(source: i32, target: i32, len: usize, flags: u32) -> std::io::Result<usize> {
+    loop {
+        // Safety: null offsets; the descriptors are open for the whole call.
         let moved = unsafe { sys::splice(source, std::ptr::null_mut(), target, std::ptr::null_mut(), len, flags) };
         if moved >= 0 {
             return Ok(moved as usize);
@@ -174,46 +146,109 @@ fn splice_through_pipe(from: &TcpStream, to: &TcpStream) -> std::io::Result<()> 
         if err.kind() != ErrorKind::Interrupted {
             return Err(err);
         }
-    };
-    let outcome = (|| {
-        let mut first = true;
-        loop {
-            let mut waiting = match splice(from.as_raw_fd(), pipe_in, CHUNK) {
-                Ok(0) => return Ok(()),
-                Ok(moved) => moved,
-                Err(err) if first => return Err(err), // never worked: let the caller copy instead
-                Err(_) => return Ok(()),
-            };
-            first = false;
-            while waiting > 0 {
-                match splice(pipe_out, to.as_raw_fd(), waiting) {
-                    Ok(0) | Err(_) => return Ok(()),
-                    Ok(moved) => waiting -= moved,
-                }
-            }
-        }
-    })();
-    // Safety: the pipe's descriptors are this function's and used no more.
-    unsafe {
-        sys::close(pipe_in);
-        sys::close(pipe_out);
     }
-    outcome
 }
 
-/// One read, retried when interrupted by a signal.
-fn read_some(from: &mut TcpStream, buffer: &mut [u8]) -> std::io::Result<usize> {
-    loop {
-        match from.read(buffer) {
-            Err(err) if err.kind() == ErrorKind::Interrupted => continue,
-            other => return other,
+/// A run of bytes waiting in a pipe, and when it may leave.
+struct Run {
+    due: Instant,
+    pipe: Arc<Pipe>,
+    len: usize,
+}
+
+/// Moves `from` to `to`, each run of bytes `delay` after it arrived; at the end shuts down the write half of `to`.
+fn pump(from: TcpStream, to: TcpStream, delay: Duration) {
+    if delay.is_zero() {
+        pass_through(&from, &to);
+        let _ = to.shutdown(Shutdown::Write);
+    } else {
+        delay_runs(&from, to, delay);
+    }
+    let _ = from.shutdown(Shutdown::Read);
+}
+
+/// Sends each run on as it arrives, through one pipe: no thread hop per run.
+fn pass_through(from: &TcpStream, to: &TcpStream) {
+    let pipe = match Pipe::new() {
+        Ok(pipe) => pipe,
+        Err(err) => return eprintln!("wanproxy: no pipe ({err}): closing the connection"),
+    };
+    while let Ok(len @ 1..) = splice(from.as_raw_fd(), pipe.write_end, PIPE_BYTES, sys::SPLICE_F_MOVE) {
+        if !send_run(&pipe, to, len) {
+            return;
         }
     }
+}
+
+/// Splices `len` bytes out of `pipe` to `to`; false when `to` is gone. (Not SPLICE_F_MORE: it corks the socket,
+/// holding a partial segment back for up to 200 ms.)
+fn send_run(pipe: &Pipe, to: &TcpStream, mut len: usize) -> bool {
+    while len > 0 {
+        match splice(pipe.read_end, to.as_raw_fd(), len, sys::SPLICE_F_MOVE) {
+            Ok(0) | Err(_) => return false,
+            Ok(moved) => len -= moved,
+        }
+    }
+    true
+}
+
+/// The reader's side of a delayed direction (see the module documentation); the writer runs on its own thread.
+fn delay_runs(from: &TcpStream, to: TcpStream, delay: Duration) {
+    let (runs, due_runs) = channel::<Run>();
+    let (emptied, empty_pipes) = channel::<Pipe>();
+    let writer = thread::spawn(move || send_when_due(due_runs, to, emptied));
+    let mut filling: Option<Arc<Pipe>> = None;
+    loop {
+        let pipe = match filling.take() {
+            Some(pipe) => pipe,
+            None => match empty_pipes.try_recv().map_or_else(|_| Pipe::new(), Ok) {
+                Ok(pipe) => Arc::new(pipe),
+                Err(err) => {
+                    eprintln!("wanproxy: no pipe for the bytes in flight ({err}): closing the connection");
+                    break;
+                }
+            },
+        };
+        match splice(from.as_raw_fd(), pipe.write_end, PIPE_BYTES, sys::SPLICE_F_MOVE | sys::SPLICE_F_NONBLOCK) {
+            Ok(0) => break, // end of stream
+            Ok(len) => {
+                filling = Some(Arc::clone(&pipe));
+                if runs.send(Run { due: Instant::now() + delay, pipe, len }).is_err() {
+                    break; // the writer stopped: the other side is gone
+                }
+            }
+            // Full: the writer hands it back once its bytes have left; go on in another.
+            Err(err) if err.kind() == ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+    }
+    drop(filling);
+    drop(runs); // the writer sends what is left, then shuts down
+    let _ = writer.join();
+}
+
+/// Splices each run out at its time; hands back each pipe that the reader left and that is now empty.
+fn send_when_due(due_runs: Receiver<Run>, to: TcpStream, emptied: Sender<Pipe>) {
+    for Run { due, pipe, len } in due_runs {
+        let wait = due.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            thread::sleep(wait);
+        }
+        if !send_run(&pipe, &to, len) {
+            break;
+        }
+        // The last owner of a pipe is the writer once the reader has moved on and every run in it has left.
+        if let Ok(pipe) = Arc::try_unwrap(pipe) {
+            let _ = emptied.send(pipe);
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
 
     fn proxy(rtt_ms: u64) -> (SocketAddr, TcpListener) {
         let upstream = TcpListener::bind("127.0.0.1:0").expect("binds");
@@ -248,7 +283,8 @@ mod tests {
 
     #[test]
     fn bytes_arrive_intact_and_in_order_after_one_round_trip() {
-        let message: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        // 32 MB: more than a pipe holds, so runs go through several pipes and pipes come back for reuse.
+        let message: Vec<u8> = (0..32_000_000u32).map(|i| (i % 251) as u8).collect();
         let (echoed, took) = echo_through(200, &message);
         assert!(echoed == message, "{} bytes came back", echoed.len());
         assert!(took >= Duration::from_millis(200), "{took:?}: the delay is one way each, a round trip in all");
