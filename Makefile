@@ -58,6 +58,9 @@ $(PROMETHEUS_OPERATOR_CRDS): scripts/fetch-prometheus-operator-crds.sh
 
 prometheus: $(PROMTOOL) $(PROMETHEUS_OPERATOR_CRDS) ## Prometheus + promtool (Debian's package) and the Prometheus Operator's CRDs, into .cache
 
+alluxio: deps ## The cache tier's runtime: Ringfeed's Alluxio extension (+ its unit tests), Alluxio 2.9.6's jars, libfuse3
+	@scripts/build-alluxio.sh $(CURDIR)/.cache/alluxio
+
 k8s-binaries: ## Build etcd, Kubernetes v1.33 (kubectl, kube-proxy), CoreDNS, helm and kwok from the Go module proxy
 	@e2e/cluster/build-binaries.sh
 
@@ -149,7 +152,7 @@ test-rust: ## cargo test: the native extension's pure parts (decoding, batch ass
 	cargo test --quiet --manifest-path dataplane/native/Cargo.toml
 	cargo test --quiet --manifest-path benchmarks/wanproxy/Cargo.toml
 
-test-integration: deps $(WANPROXY) $(PROMTOOL) ## Data-plane tests against real Cassandra nodes on loopback
+test-integration: deps alluxio $(WANPROXY) $(PROMTOOL) ## Data-plane tests against real Cassandra nodes on loopback
 	$(PY) -m pytest dataplane/tests/integration
 
 test-e2e: deps prometheus k8s-binaries images ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
@@ -187,4 +190,4 @@ bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-ring-scale clean
+.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-ring-scale clean

@@ -1,0 +1,123 @@
+"""The Alluxio settings of Ringfeed's cache tier: the tuned preset of the Alluxio/Alibaba ResNet-50 study, each
+setting with the reason it is there, and the JVM flags. Pure: the local tier (``ringfeed cache``) and the operator's
+manifests render the same properties from here."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+ALLUXIO_VERSION = "2.9.6"
+UFS_ROOT = "ringfeed://ring/"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    key: str
+    value: str
+    why: str
+
+
+# The tuned preset (docs/cache.md explains it with the study's figures).
+TUNED_PRESET: tuple[Setting, ...] = (
+    Setting("alluxio.user.metadata.cache.enabled", "true",
+            "metadata cache on: FUSE answers stat/readdir of the millions of small files from its own memory "
+            "instead of one master RPC each"),
+    Setting("alluxio.user.metadata.cache.max.size", "2000000", "room for the entries of a 1.28M-image split"),
+    Setting("alluxio.user.metadata.cache.expiration.time", "2day",
+            "a split version is immutable: its entries never go stale"),
+    Setting("alluxio.user.file.metadata.sync.interval", "-1",
+            "load each directory from the ring once; never re-sync an immutable split"),
+    Setting("alluxio.user.ufs.block.read.location.policy",
+            "alluxio.client.block.policy.LocalFirstAvoidEvictionPolicy",
+            "eviction avoided: a block read from the ring goes to a worker that has room, never one that must evict"),
+    Setting("alluxio.user.block.write.location.policy.class",
+            "alluxio.client.block.policy.LocalFirstAvoidEvictionPolicy", "the same for blocks written by clients"),
+    Setting("alluxio.user.file.passive.cache.enabled", "false",
+            "passive cache off: a block read from another worker is not copied again into the local one"),
+    Setting("alluxio.user.file.readtype.default", "CACHE", "the first read of a file caches it in worker memory"),
+    Setting("alluxio.user.update.file.accesstime.disabled", "true",
+            "no master RPC per open to record access times the tier never uses"),
+    Setting("alluxio.master.update.check.enabled", "false", "no call home (and no cloud metadata address)"),
+    Setting("alluxio.master.mount.table.root.readonly", "true", "the ring stays the single source of truth"),
+    Setting("alluxio.security.authorization.permission.enabled", "false",
+            "the tree is read-only for every user; per-file permission checks only cost master time"),
+)
+
+# FUSE runs with more worker threads than libfuse's default (10 idle threads at most: under a DataLoader's
+# concurrent reads libfuse3 then creates and destroys a thread per request).
+FUSE_MAX_IDLE_THREADS = 64
+
+# Java 17 needs these for Alluxio 2.9's Netty and gRPC; the EC2 flag stops the AWS SDK inside Alluxio from calling
+# the cloud instance-metadata address.
+JAVA_17_FLAGS: tuple[str, ...] = (
+    "-Dcom.amazonaws.sdk.disableEc2Metadata=true",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    *(f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in (
+        "jdk.internal.misc", "java.nio", "sun.nio.ch", "java.lang", "java.util", "java.util.concurrent", "java.io",
+        "java.lang.reflect", "java.net")),
+    "--add-opens=java.security.jgss/sun.security.krb5=ALL-UNNAMED",
+    "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
+)
+
+
+def cpu_count(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """CPUs this process may use: the cgroup v2 quota where one is set (a container's CPU limit), else the
+    affinity mask. The JVM sizes its thread pools from it (-XX:ActiveProcessorCount)."""
+    available = len(os.sched_getaffinity(0))
+    try:
+        quota, period = open(os.path.join(cgroup_root, "cpu.max")).read().split()
+    except (OSError, ValueError):
+        return available
+    if quota == "max":
+        return available
+    return max(1, min(available, -(-int(quota) // int(period))))
+
+
+def jvm_flags(heap: str, cpus: int) -> list[str]:
+    return [f"-Xmx{heap}", f"-XX:ActiveProcessorCount={cpus}", *JAVA_17_FLAGS]
+
+
+def ring_mount_options(hosts: list[str], port: int, *, local_dc: str | None = None, username: str | None = None,
+                       password_file: str | None = None) -> dict[str, str]:
+    """Options of the ring's mount (the UFS reads them: dataplane/alluxio RingSettings)."""
+    options = {"ringfeed.contact-points": ",".join(f"{host}:{port}" for host in hosts)}
+    if local_dc:
+        options["ringfeed.local-datacenter"] = local_dc
+    if username:
+        if not password_file:
+            raise ValueError("a username needs its password file")
+        options["ringfeed.username"] = username
+        options["ringfeed.password-file"] = password_file
+    return options
+
+
+def site_properties(*, host: str, journal_dir: str, memory_dir: str, memory_bytes: int, extensions_dir: str,
+                    mount_options: dict[str, str], preset: tuple[Setting, ...] = TUNED_PRESET) -> dict[str, str]:
+    """alluxio-site.properties of one master + one worker on `host`, the ring mounted as Alluxio's root."""
+    properties = {
+        "alluxio.master.hostname": host,
+        "alluxio.worker.hostname": host,
+        "alluxio.user.hostname": host,
+        # Every server socket on `host` only (Alluxio binds to all addresses by default).
+        **{f"alluxio.{server}.bind.host": host for server in (
+            "master", "master.web", "worker", "worker.web", "worker.data", "fuse.web", "job.master", "job.master.web",
+            "job.worker", "job.worker.web", "proxy.web")},
+        "alluxio.master.journal.type": "UFS",
+        "alluxio.master.journal.folder": journal_dir,
+        "alluxio.master.metastore": "HEAP",
+        "alluxio.master.mount.table.root.ufs": UFS_ROOT,
+        **{f"alluxio.master.mount.table.root.option.{key}": value for key, value in mount_options.items()},
+        "alluxio.extensions.dir": extensions_dir,
+        "alluxio.worker.tieredstore.levels": "1",
+        "alluxio.worker.tieredstore.level0.alias": "MEM",
+        "alluxio.worker.tieredstore.level0.dirs.path": memory_dir,
+        "alluxio.worker.tieredstore.level0.dirs.quota": str(memory_bytes),
+        "alluxio.worker.ramdisk.size": str(memory_bytes),
+    }
+    properties.update({setting.key: setting.value for setting in preset})
+    return properties
+
+
+def render_properties(properties: dict[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in properties.items())

@@ -1,0 +1,117 @@
+"""``ringfeed cache``: the Alluxio FUSE cache tier on this machine (every split as a read-only directory tree)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ringfeed.cli.app import console, main
+from ringfeed.cli.render import JSON_OPTION, human_bytes, print_json, print_table
+from ringfeed.errors import RingfeedError
+
+UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def default_state_dir() -> Path:
+    state_home = os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")
+    return Path(os.environ.get("RINGFEED_CACHE_DIR", Path(state_home) / "ringfeed" / "cache-tier"))
+
+
+def parse_bytes(text: str) -> int:
+    """'1GiB', '512MiB', '2G', '1500000' → bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*", text.lower())
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a size (e.g. 512MiB, 2GiB, 4G)")
+    return int(float(match[1]) * UNITS[match[2] or ""])
+
+
+@main.group()
+@click.option("--state-dir", type=click.Path(path_type=Path), default=default_state_dir, show_default=True,
+              help="Config, journal, logs and PIDs of the tier [env RINGFEED_CACHE_DIR].")
+@click.pass_context
+def cache(ctx, state_dir):
+    """The Alluxio FUSE cache tier: every split as a read-only directory tree, read through from the ring.
+
+    Under the mount: <dataset>/<split>/<part>/<label>/<uuid>.<ext> (images; ImageFolder reads a part as it is),
+    <dataset>/<split>/<part>/<uuid>.npy and labels.csv (raw tensors). The first read of a file fetches it from
+    the ring into the worker's memory; later reads come from memory. Needs `make alluxio` once.
+
+    \b
+      ringfeed cache up ./ring                 # master, worker and FUSE; the ring of --hosts
+      ls ./ring/demo/by-patient/train
+      ringfeed cache status
+      ringfeed cache down
+    """
+    from ringfeed.cache import LocalCache
+
+    ctx.meta["cache"] = LocalCache(state_dir)
+
+
+@cache.command("up")
+@click.argument("mount", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--memory", default="1GiB", show_default=True, help="Size of the worker's memory tier (/dev/shm).")
+@click.option("--address", default="127.0.40.1", show_default=True,
+              help="Loopback address the master and the worker listen on.")
+@click.pass_context
+def cache_up(ctx, mount, memory, address):
+    """Start the tier (reusing what runs) and mount the tree at MOUNT."""
+    ring = ctx.obj
+    if not address.startswith("127."):
+        raise RingfeedError(f"--address {address}: the local tier listens on loopback addresses only (127.x)")
+    if ring.tls_ca_file:
+        raise RingfeedError("the cache tier reaches the ring without TLS for now: give a ring without --tls-ca-file")
+    local_cache = ctx.meta["cache"]
+    with console.status("starting the cache tier…") as status:
+        local_cache.up(list(ring.hosts), ring.port, mount, local_dc=ring.local_dc, username=ring.username,
+                       password=ring.password, memory_bytes=parse_bytes(memory), host=address,
+                       on_progress=lambda message: status.update(message + "…"))
+    print_status(local_cache)
+    console.print(f"splits under [bold]{mount}[/]/<dataset>/<split>/<part>/ · stop with [bold]ringfeed cache down[/]")
+
+
+@cache.command("status")
+@JSON_OPTION
+@click.pass_context
+def cache_status(ctx, as_json):
+    """Processes, the mount, and how much of the memory tier is filled."""
+    local_cache = ctx.meta["cache"]
+    if as_json:
+        settings = local_cache.settings
+        print_json({"mount": settings.mount if settings else None,
+                    "mounted": bool(settings) and local_cache.mounted(Path(settings.mount)),
+                    "cached_bytes": _cached_bytes(local_cache),
+                    "processes": [{"name": p.name, "pid": p.pid, "running": p.running}
+                                  for p in local_cache.status()]})
+        return
+    print_status(local_cache)
+
+
+@cache.command("down")
+@click.pass_context
+def cache_down(ctx):
+    """Unmount and stop every process; the memory tier is dropped (the ring keeps the data)."""
+    ctx.meta["cache"].down()
+    console.print("cache tier stopped")
+
+
+def _cached_bytes(local_cache) -> int:
+    directory = local_cache.memory_dir
+    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file()) if directory.exists() else 0
+
+
+def print_status(local_cache) -> None:
+    settings = local_cache.settings
+    table = Table("process", "pid", "state", "web (metrics)")
+    for process in local_cache.status():
+        web = local_cache.web_address(process.name) if process.name != "fuse" else "-"
+        table.add_row(process.name, str(process.pid or "-"),
+                      "[green]running[/]" if process.running else "[red]stopped[/]", web)
+    print_table(table)
+    if settings is not None:
+        state = "mounted" if local_cache.mounted(Path(settings.mount)) else "not mounted"
+        console.print(f"{settings.mount}: {state} · memory tier {human_bytes(_cached_bytes(local_cache))} "
+                      f"of {human_bytes(settings.memory_bytes)}")

@@ -1,0 +1,228 @@
+"""The Alluxio cache tier against a real Cassandra node: Ringfeed's under-storage extension (its Java tests, run here
+with the node's address and the tree they must find) and the whole local tier (`ringfeed cache up`: master, worker,
+FUSE) reading every file of two splits byte for byte: an ImageFolder of JPEGs (folders named after the classes) and
+raw tensors (flat .npy files and labels.csv)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import ipaddress
+import os
+import subprocess
+import uuid
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ringfeed.cache import LocalCache
+from ringfeed.cache.local import runtime_dir
+from ringfeed.ids import sample_uuid
+from ringfeed.ingest import ingest
+from ringfeed.schema import Column, DatasetSchema, Encoding
+from ringfeed.splits import SplitSpec, create_split, load_split
+from ringfeed.store import Store
+
+REPO = Path(__file__).resolve().parents[3]
+IMAGES = "cache_pets"
+TENSORS = "cache_tensors"
+CLASSES = ("cat", "dog", "fox")
+
+
+def write_image_folder(root: Path) -> dict[str, bytes]:
+    """root/<class>/<n>.jpg, 24 per class; returns each file's relative path and bytes."""
+    rng = np.random.default_rng(3)
+    files = {}
+    for label, name in enumerate(CLASSES):
+        (root / name).mkdir(parents=True)
+        for n in range(24):
+            pixels = rng.integers(0, 256, (32 + label, 40, 3), dtype=np.uint8)
+            buffer = io.BytesIO()
+            Image.fromarray(pixels).save(buffer, format="JPEG", quality=80)
+            (root / name / f"{n}.jpg").write_bytes(buffer.getvalue())
+            files[f"{name}/{n}.jpg"] = buffer.getvalue()
+    return files
+
+
+def write_tensor_folder(root: Path) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(4)
+    arrays = {}
+    for name in ("0", "1"):
+        (root / name).mkdir(parents=True)
+        for n in range(15):
+            array = rng.standard_normal((4, 5)).astype(np.float32)
+            np.save(root / name / f"{n}.npy", array)
+            arrays[f"{name}/{n}.npy"] = array
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def ring_datasets(cassandra_node, tmp_path_factory):
+    """Both datasets ingested and split (train/val 3:1) on the test node."""
+    root = tmp_path_factory.mktemp("cache-tier")
+    images = write_image_folder(root / "pets")
+    tensors = write_tensor_folder(root / "tensors")
+    key = (Column("path", "text"),)
+    with Store(cassandra_node.address) as store:
+        for name in (IMAGES, TENSORS):
+            if name in {d.schema.name for d in store.datasets()}:
+                store.drop_dataset(name, force=True)
+        store.create_dataset(DatasetSchema(IMAGES, key, Encoding("jpeg"), metadata=(Column("class", "text"),)))
+        store.create_dataset(DatasetSchema(TENSORS, key, Encoding("raw", "float32", (4, 5)),
+                                           metadata=(Column("class", "text"),)))
+        ingest(store, IMAGES, str(root / "pets"))
+        ingest(store, TENSORS, str(root / "tensors"))
+        spec = SplitSpec(ratios=(3, 1), names=("train", "val"), seed=5)
+        create_split(store, IMAGES, "by-file", spec)
+        create_split(store, TENSORS, "by-file", spec)
+        yield {"images": images, "tensors": tensors,
+               "image_parts": load_split(store, IMAGES, "by-file").loaded_parts,
+               "tensor_parts": load_split(store, TENSORS, "by-file").loaded_parts}
+
+
+def expected_tree(ring_datasets) -> dict[str, bytes]:
+    """Every file the tree must show, by path under the mount, with its bytes (from the source files)."""
+    tree: dict[str, bytes] = {}
+    by_uuid = {sample_uuid(IMAGES, (path,)): (path.split("/")[0], data)
+               for path, data in ring_datasets["images"].items()}
+    for part, uuids in ring_datasets["image_parts"].items():
+        for raw in uuids:
+            member = uuid.UUID(bytes=raw.tobytes())
+            folder, data = by_uuid[member]
+            tree[f"{IMAGES}/by-file/{part}/{folder}/{member}.jpg"] = data
+    arrays = {sample_uuid(TENSORS, (path,)): (int(path.split("/")[0]), array)
+              for path, array in ring_datasets["tensors"].items()}
+    for part, uuids in ring_datasets["tensor_parts"].items():
+        members = sorted(uuid.UUID(bytes=raw.tobytes()) for raw in uuids)
+        lines = ["file,label"]
+        for member in members:
+            label, array = arrays[member]
+            tree[f"{TENSORS}/by-file/{part}/{member}.npy"] = array.tobytes()  # compared as arrays
+            lines.append(f"{member}.npy,{label}")
+        tree[f"{TENSORS}/by-file/{part}/labels.csv"] = ("\n".join(lines) + "\n").encode()
+    return tree
+
+
+def require_runtime() -> Path:
+    runtime = runtime_dir()
+    if not (runtime / "extensions" / "ringfeed-alluxio-ufs.jar").exists():
+        pytest.fail(f"no cache-tier runtime under {runtime}: `make alluxio` builds it (make test does)")
+    return runtime
+
+
+def test_the_extensions_java_tests_find_the_splits_tree_in_the_ring(cassandra_node, ring_datasets, tmp_path):
+    require_runtime()
+    manifest = tmp_path / "manifest.tsv"
+    # The Java tests walk one dataset: the images (the tensors' bytes carry an .npy header, checked through FUSE).
+    lines = [f"/{path}\t{len(data)}\t{hashlib.sha256(data).hexdigest()}"
+             for path, data in expected_tree(ring_datasets).items() if path.startswith(IMAGES + "/")]
+    manifest.write_text("\n".join(lines) + "\n")
+    project = REPO / "dataplane" / "alluxio"
+    reports = project / "target" / "surefire-reports"
+    report = reports / "TEST-io.ringfeed.alluxio.RingUnderFileSystemIT.xml"
+    report.unlink(missing_ok=True)
+    result = subprocess.run(
+        ["mvn", "-B", "-q", "-o", "-s", str(project / "maven-settings.xml"), "-f", str(project / "pom.xml"),
+         f"-Dmaven.repo.local={Path(os.environ.get('RINGFEED_CACHE', REPO / '.cache')) / 'm2'}",
+         "test", "-Dtest=RingUnderFileSystemIT", f"-Dringfeed.test.contact-point={cassandra_node.hosts[0]}:9042",
+         f"-Dringfeed.test.manifest={manifest}"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    suite = ElementTree.parse(report).getroot()
+    counts = {key: int(suite.get(key)) for key in ("tests", "failures", "errors", "skipped")}
+    assert counts == {"tests": 4, "failures": 0, "errors": 0, "skipped": 0}, counts
+
+
+@pytest.fixture(scope="module")
+def mounted_tier(cassandra_node, ring_datasets, tmp_path_factory):
+    require_runtime()
+    state = tmp_path_factory.mktemp("cache-state")
+    mount = tmp_path_factory.mktemp("cache-mount") / "ring"
+    tier = LocalCache(state)
+    try:
+        tier.up(cassandra_node.hosts, 9042, mount, memory_bytes=256 << 20, host="127.0.40.1")
+        yield tier, mount
+    finally:
+        tier.down()
+
+
+def read_tree(mount: Path, dataset: str) -> dict[str, bytes]:
+    files = {}
+    for path in sorted((mount / dataset).rglob("*")):
+        if path.is_file():
+            files[path.relative_to(mount).as_posix()] = path.read_bytes()
+    return files
+
+
+def test_fuse_shows_every_file_of_both_splits_byte_for_byte(mounted_tier, ring_datasets):
+    tier, mount = mounted_tier
+    expected = expected_tree(ring_datasets)
+    seen = {**read_tree(mount, IMAGES), **read_tree(mount, TENSORS)}
+    assert sorted(seen) == sorted(expected)
+    for path, data in seen.items():
+        if path.endswith(".npy"):
+            array = np.load(io.BytesIO(data))
+            assert array.dtype == np.float32 and array.shape == (4, 5), path
+            assert array.tobytes() == expected[path], path
+        else:
+            assert data == expected[path], path
+    # ImageFolder's view: one folder per class, named as the dataset names its classes.
+    train = mount / IMAGES / "by-file" / "train"
+    assert sorted(p.name for p in train.iterdir()) == sorted(CLASSES)
+    first = next((train / "cat").iterdir())
+    assert Image.open(first).size == (40, 32)
+
+
+def test_the_second_read_comes_from_the_workers_memory(mounted_tier, ring_datasets):
+    tier, mount = mounted_tier
+    read_tree(mount, IMAGES)
+    cached = sum(f.stat().st_size for f in tier.memory_dir.rglob("*") if f.is_file())
+    image_bytes = sum(len(data) for data in ring_datasets["images"].values())
+    assert cached >= image_bytes, f"the memory tier holds {cached} bytes after reading {image_bytes}"
+    assert read_tree(mount, IMAGES) == {path: data for path, data in expected_tree(ring_datasets).items()
+                                        if path.startswith(IMAGES + "/")}
+
+
+def listening_addresses(pid: int) -> set[str]:
+    """Local addresses of the listening TCP sockets a process holds (from /proc: its socket inodes)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    addresses = set()
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                raw = bytes.fromhex(fields[1].split(":")[0])
+                if width == 8:
+                    addresses.add(".".join(str(b) for b in raw[::-1]))
+                else:
+                    words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
+                    address = ipaddress.IPv6Address(b"".join(words))
+                    addresses.add(str(address.ipv4_mapped or address))
+    return addresses
+
+
+def test_every_server_socket_of_the_tier_is_on_its_loopback_address(mounted_tier):
+    tier, _ = mounted_tier
+    for process in tier.status():
+        assert process.running, process
+        addresses = listening_addresses(process.pid)
+        assert addresses <= {"127.0.40.1"}, (process.name, addresses)
+        assert addresses or process.name == "fuse", f"the {process.name} serves nothing?"
+
+
+def test_the_tree_is_read_only(mounted_tier):
+    _, mount = mounted_tier
+    with pytest.raises(OSError):
+        (mount / IMAGES / "new.txt").write_bytes(b"x")
+    with pytest.raises(OSError):
+        next((mount / IMAGES / "by-file" / "train" / "cat").iterdir()).unlink()
