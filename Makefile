@@ -179,6 +179,9 @@ bench-sidecar: deps ## TrainingJob handoff: loader sidecar + shared memory vs th
 bench-train: deps ## Training steps/s fed by the sidecar vs the same loop on synthetic batches (BAR lines)
 	$(PY) benchmarks/bench_sidecar.py --train
 
+bench-cache: deps alluxio ## ImageFolder + DataLoader through the Alluxio FUSE tier (cold, warm) vs local disk (BAR lines)
+	$(PY) -X faulthandler benchmarks/bench_cache.py
+
 bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF (RF=1 default; RF=2) under a loader on the local cluster: samples/s during each step vs steady (BAR lines)
 	RINGFEED_BENCH_RING_SCALE=$(CURDIR)/.state/bench/ring-scale-rf$(RF).json RINGFEED_BENCH_RING_RF=$(RF) \
 	  e2e/cluster/cluster.sh run $(PY) -m pytest -q e2e/tests/test_ring.py -k bench
@@ -190,4 +193,4 @@ bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-ring-scale clean
+.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-scale clean

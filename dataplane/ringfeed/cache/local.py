@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from ringfeed.cache.preset import (
-    FUSE_MAX_IDLE_THREADS,
     cpu_count,
+    fuse_options,
     jvm_flags,
     render_properties,
     ring_mount_options,
@@ -55,6 +55,7 @@ class CacheSettings:
     mount: str
     host: str = "127.0.40.1"
     memory_bytes: int = 1 << 30
+    tuned: bool = True
     master_heap: str = "1g"
     worker_heap: str = "1g"
     fuse_heap: str = "1g"
@@ -99,8 +100,9 @@ class LocalCache:
 
     def up(self, hosts: list[str], port: int, mount: Path, *, local_dc: str | None = None,
            username: str | None = None, password: str | None = None, memory_bytes: int = 1 << 30,
-           host: str = "127.0.40.1", on_progress=None, timeout_s: float = 180) -> CacheSettings:
-        """Start master, worker and FUSE (each reused when already running) and wait until the mount serves."""
+           host: str = "127.0.40.1", tuned: bool = True, on_progress=None, timeout_s: float = 180) -> CacheSettings:
+        """Start master, worker and FUSE (each reused when already running) and wait until the mount serves;
+        ``tuned=False``: Alluxio's defaults instead of the tuned preset (for comparisons)."""
         self._require_runtime()
         java = require_java()
         progress = on_progress or (lambda message: None)
@@ -109,7 +111,7 @@ class LocalCache:
         if current is not None and self._running_pids() and current.mount != str(mount):
             raise RingfeedError(f"the cache tier is already up with its mount at {current.mount}: "
                                 "`ringfeed cache down` first")
-        settings = CacheSettings(mount=str(mount), host=host, memory_bytes=memory_bytes)
+        settings = CacheSettings(mount=str(mount), host=host, memory_bytes=memory_bytes, tuned=tuned)
         for sub in ("conf", "logs", "journal"):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
         password_file = None
@@ -122,7 +124,8 @@ class LocalCache:
             host=host, journal_dir=str(self.state_dir / "journal"), memory_dir=str(self.memory_dir),
             memory_bytes=memory_bytes, extensions_dir=str(self.runtime / "extensions"),
             mount_options=ring_mount_options(hosts, port, local_dc=local_dc, username=username,
-                                             password_file=str(password_file) if password_file else None))
+                                             password_file=str(password_file) if password_file else None),
+            tuned=tuned)
         (self.state_dir / "conf" / "alluxio-site.properties").write_text(render_properties(properties))
         (self.state_dir / "conf" / "log4j.properties").write_text(LOG4J)
         self._settings_file.write_text(json.dumps(dataclasses.asdict(settings)))
@@ -139,8 +142,8 @@ class LocalCache:
             progress(f"mounting the tree at {mount}")
             mount.mkdir(parents=True, exist_ok=True)
             fuse = self._start(java, "fuse", "alluxio.fuse.AlluxioFuse", "-m", str(mount), "-a", "/",
-                        "-o", f"max_idle_threads={FUSE_MAX_IDLE_THREADS}", "-o", "ro", heap=settings.fuse_heap,
-                        extra=["-Dalluxio.fuse.jnifuse.libfuse.version=3"])
+                               *fuse_options(tuned), heap=settings.fuse_heap,
+                               extra=["-Dalluxio.fuse.jnifuse.libfuse.version=3"])
             while not self.mounted(mount):
                 if fuse.poll() is not None:
                     raise RingfeedError(f"Alluxio FUSE exited while mounting {mount}; see {self._log('fuse')}")

@@ -38,10 +38,14 @@ TUNED_PRESET: tuple[Setting, ...] = (
     Setting("alluxio.user.file.readtype.default", "CACHE", "the first read of a file caches it in worker memory"),
     Setting("alluxio.user.update.file.accesstime.disabled", "true",
             "no master RPC per open to record access times the tier never uses"),
-    Setting("alluxio.master.update.check.enabled", "false", "no call home (and no cloud metadata address)"),
-    Setting("alluxio.master.mount.table.root.readonly", "true", "the ring stays the single source of truth"),
     Setting("alluxio.security.authorization.permission.enabled", "false",
             "the tree is read-only for every user; per-file permission checks only cost master time"),
+)
+
+# Not tuning: what every tier has, tuned or not (`make bench-cache` compares the preset with Alluxio's defaults).
+REQUIRED: tuple[Setting, ...] = (
+    Setting("alluxio.master.update.check.enabled", "false", "no call home (and no cloud metadata address)"),
+    Setting("alluxio.master.mount.table.root.readonly", "true", "the ring stays the single source of truth"),
 )
 
 # FUSE runs with more worker threads than libfuse's default (10 idle threads at most: under a DataLoader's
@@ -93,8 +97,9 @@ def ring_mount_options(hosts: list[str], port: int, *, local_dc: str | None = No
 
 
 def site_properties(*, host: str, journal_dir: str, memory_dir: str, memory_bytes: int, extensions_dir: str,
-                    mount_options: dict[str, str], preset: tuple[Setting, ...] = TUNED_PRESET) -> dict[str, str]:
-    """alluxio-site.properties of one master + one worker on `host`, the ring mounted as Alluxio's root."""
+                    mount_options: dict[str, str], tuned: bool = True) -> dict[str, str]:
+    """alluxio-site.properties of one master + one worker on `host`, the ring mounted as Alluxio's root; with the
+    tuned preset, or (``tuned=False``) Alluxio's defaults."""
     properties = {
         "alluxio.master.hostname": host,
         "alluxio.worker.hostname": host,
@@ -115,8 +120,13 @@ def site_properties(*, host: str, journal_dir: str, memory_dir: str, memory_byte
         "alluxio.worker.tieredstore.level0.dirs.quota": str(memory_bytes),
         "alluxio.worker.ramdisk.size": str(memory_bytes),
     }
-    properties.update({setting.key: setting.value for setting in preset})
+    properties.update({setting.key: setting.value for setting in (*REQUIRED, *(TUNED_PRESET if tuned else ()))})
     return properties
+
+
+def fuse_options(tuned: bool = True) -> list[str]:
+    """libfuse mount options of AlluxioFuse (read-only; more idle worker threads with the preset)."""
+    return ["-o", "ro", *(["-o", f"max_idle_threads={FUSE_MAX_IDLE_THREADS}"] if tuned else [])]
 
 
 def render_properties(properties: dict[str, str]) -> str:

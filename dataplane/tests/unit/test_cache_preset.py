@@ -1,0 +1,86 @@
+"""The cache tier's Alluxio settings (pure): the tuned preset, loopback binds, the ring's mount options, CPUs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ringfeed.cache.preset import (
+    REQUIRED,
+    TUNED_PRESET,
+    UFS_ROOT,
+    cpu_count,
+    fuse_options,
+    jvm_flags,
+    ring_mount_options,
+    site_properties,
+)
+
+
+def properties(tuned: bool = True) -> dict[str, str]:
+    return site_properties(host="127.0.40.1", journal_dir="/j", memory_dir="/dev/shm/x", memory_bytes=1 << 30,
+                           extensions_dir="/ext", mount_options={"ringfeed.contact-points": "10.0.0.1:9042"},
+                           tuned=tuned)
+
+
+def test_the_ring_is_alluxios_read_only_root_with_its_mount_options():
+    site = properties()
+    assert site["alluxio.master.mount.table.root.ufs"] == UFS_ROOT
+    assert site["alluxio.master.mount.table.root.readonly"] == "true"
+    assert site["alluxio.master.mount.table.root.option.ringfeed.contact-points"] == "10.0.0.1:9042"
+    assert site["alluxio.extensions.dir"] == "/ext"
+    assert site["alluxio.worker.tieredstore.level0.alias"] == "MEM"
+    assert site["alluxio.worker.tieredstore.level0.dirs.quota"] == str(1 << 30)
+
+
+def test_every_server_binds_to_the_tiers_address_only():
+    binds = {key: value for key, value in properties().items() if key.endswith(".bind.host")}
+    assert {"alluxio.master.bind.host", "alluxio.master.web.bind.host", "alluxio.worker.bind.host",
+            "alluxio.worker.web.bind.host"} <= set(binds)
+    assert set(binds.values()) == {"127.0.40.1"}
+
+
+def test_the_preset_is_the_studys_and_the_defaults_leave_it_out():
+    tuned, untuned = properties(True), properties(False)
+    assert tuned["alluxio.user.metadata.cache.enabled"] == "true"
+    assert tuned["alluxio.user.file.passive.cache.enabled"] == "false"
+    assert tuned["alluxio.user.ufs.block.read.location.policy"].endswith("LocalFirstAvoidEvictionPolicy")
+    for setting in TUNED_PRESET:
+        assert setting.why, setting.key
+        assert setting.key not in untuned, setting.key
+    for setting in REQUIRED:  # never calls home, tuned or not
+        assert untuned[setting.key] == tuned[setting.key] == setting.value
+    assert fuse_options(True) == ["-o", "ro", "-o", "max_idle_threads=64"]
+    assert fuse_options(False) == ["-o", "ro"]
+
+
+def test_jvm_flags_size_the_jvm_to_the_cpus_and_block_cloud_metadata():
+    flags = jvm_flags("1g", 3)
+    assert flags[:2] == ["-Xmx1g", "-XX:ActiveProcessorCount=3"]
+    assert "-Dcom.amazonaws.sdk.disableEc2Metadata=true" in flags
+
+
+@pytest.mark.parametrize(("cpu_max", "expected"), [("max 100000", None), ("150000 100000", 2), ("50000 100000", 1)])
+def test_cpu_count_follows_the_containers_cpu_limit(tmp_path, cpu_max, expected):
+    (tmp_path / "cpu.max").write_text(cpu_max + "\n")
+    available = len(os.sched_getaffinity(0))
+    assert cpu_count(str(tmp_path)) == min(available, expected or available)
+    assert cpu_count(str(tmp_path / "absent")) == available
+
+
+def test_a_login_needs_its_password_file():
+    assert ring_mount_options(["a", "b"], 9042) == {"ringfeed.contact-points": "a:9042,b:9042"}
+    with_login = ring_mount_options(["a"], 9142, local_dc="dc1", username="reader", password_file="/s/password")
+    assert with_login == {"ringfeed.contact-points": "a:9142", "ringfeed.local-datacenter": "dc1",
+                          "ringfeed.username": "reader", "ringfeed.password-file": "/s/password"}
+    with pytest.raises(ValueError, match="password file"):
+        ring_mount_options(["a"], 9042, username="reader")
+
+
+def test_docs_explain_every_setting_of_the_preset():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "cache.md").read_text()
+    for setting in (*TUNED_PRESET, *REQUIRED):
+        assert f"`{setting.key}" in page, f"docs/cache.md does not explain {setting.key}"
