@@ -96,7 +96,15 @@ mod sys {
         pub fn pipe2(fds: *mut i32, flags: i32) -> i32;
         pub fn fcntl(fd: i32, cmd: i32, ...) -> i32;
         pub fn close(fd: i32) -> i32;
+        pub fn poll(fds: *mut PollFd, nfds: u64, timeout_ms: i32) -> i32;
     }
+    #[repr(C)]
+    pub struct PollFd {
+        pub fd: i32,
+        pub events: i16,
+        pub revents: i16,
+    }
+    pub const POLLIN: i16 = 1;
     pub const SPLICE_F_MOVE: u32 = 1;
     /// Applies to the pipe only (a blocking socket still waits for data): a full pipe answers EAGAIN.
     pub const SPLICE_F_NONBLOCK: u32 = 2;
@@ -141,6 +149,22 @@ fn splice(source: i32, target: i32, len: usize, flags: u32) -> std::io::Result<u
         let moved = unsafe { sys::splice(source, std::ptr::null_mut(), target, std::ptr::null_mut(), len, flags) };
         if moved >= 0 {
             return Ok(moved as usize);
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Waits until `from` has bytes to read (or its end). A splice from a socket into a pipe holds the pipe's lock while
+/// it waits for data, which would keep the writer from emptying that pipe: so it is called only once data is there.
+fn wait_readable(from: &TcpStream) -> std::io::Result<()> {
+    let mut wanted = sys::PollFd { fd: from.as_raw_fd(), events: sys::POLLIN, revents: 0 };
+    loop {
+        // Safety: one valid pollfd for the duration of the call.
+        if unsafe { sys::poll(&mut wanted, 1, -1) } >= 0 {
+            return Ok(());
         }
         let err = std::io::Error::last_os_error();
         if err.kind() != ErrorKind::Interrupted {
@@ -209,6 +233,9 @@ fn delay_runs(from: &TcpStream, to: TcpStream, delay: Duration) {
                 }
             },
         };
+        if wait_readable(from).is_err() {
+            break;
+        }
         match splice(from.as_raw_fd(), pipe.write_end, PIPE_BYTES, sys::SPLICE_F_MOVE | sys::SPLICE_F_NONBLOCK) {
             Ok(0) => break, // end of stream
             Ok(len) => {
@@ -288,6 +315,30 @@ mod tests {
         let (echoed, took) = echo_through(200, &message);
         assert!(echoed == message, "{} bytes came back", echoed.len());
         assert!(took >= Duration::from_millis(200), "{took:?}: the delay is one way each, a round trip in all");
+    }
+
+    #[test]
+    fn small_requests_and_answers_each_take_one_round_trip() {
+        // A request/response protocol (CQL's OPTIONS → SUPPORTED): the answer must not wait for more requests.
+        let (address, upstream) = proxy(100);
+        thread::spawn(move || {
+            let (mut server, _) = upstream.accept().expect("accepted");
+            let mut request = [0u8; 9];
+            while server.read_exact(&mut request).is_ok() {
+                server.write_all(&request).expect("answers");
+            }
+        });
+        let mut client = TcpStream::connect(address).expect("connects");
+        client.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout set");
+        for round in 0..3u8 {
+            let started = Instant::now();
+            client.write_all(&[round; 9]).expect("writes");
+            let mut answer = [0u8; 9];
+            client.read_exact(&mut answer).expect("answered within 2 s");
+            assert_eq!(answer, [round; 9]);
+            let took = started.elapsed();
+            assert!(took >= Duration::from_millis(100) && took < Duration::from_millis(400), "{took:?}");
+        }
     }
 
     #[test]
