@@ -140,7 +140,7 @@ lint-shell: ## shellcheck -S warning on every tracked shell script
 	@command -v shellcheck >/dev/null || { echo "error: shellcheck is required (Debian: apt-get install shellcheck)" >&2; exit 1; }
 	shellcheck -S warning $(SHELL_SCRIPTS)
 
-test: deps test-rust $(WANPROXY) prometheus k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
+test: deps test-rust alluxio $(WANPROXY) prometheus k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	$(PY) -m pytest client/tests dataplane/tests operator/tests monitoring/tests
 	$(MAKE) --no-print-directory test-e2e
 
