@@ -15,6 +15,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 
 import java.io.FileNotFoundException;
 import java.io.IOException;
+import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.time.Instant;
@@ -69,8 +70,9 @@ final class RingCatalog implements AutoCloseable {
       config = config.withClass(DefaultDriverOption.LOAD_BALANCING_POLICY_CLASS, DcInferringLoadBalancingPolicy.class);
     }
     CqlSessionBuilder builder = CqlSession.builder().withClassLoader(extension).withConfigLoader(config.build())
+        // Resolved here, at the first use of the mount, not when its options were read.
         .addContactPoints(settings.contactPoints().stream()
-            .map(point -> new java.net.InetSocketAddress(point.getHostString(), point.getPort())).toList());
+            .map(point -> new InetSocketAddress(point.getHostString(), point.getPort())).toList());
     settings.localDatacenter().ifPresent(builder::withLocalDatacenter);
     if (settings.username().isPresent()) {
       builder = builder.withAuthCredentials(settings.username().get(), settings.password().orElseThrow());

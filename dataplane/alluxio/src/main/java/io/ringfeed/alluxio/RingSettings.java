@@ -6,6 +6,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -27,7 +28,7 @@ record RingSettings(List<InetSocketAddress> contactPoints, Optional<String> loca
   static final String PASSWORD_FILE = "ringfeed.password-file";
 
   static RingSettings from(Map<String, ?> mountOptions) throws IOException {
-    Map<String, String> options = new java.util.HashMap<>();
+    Map<String, String> options = new HashMap<>();
     mountOptions.forEach((key, value) -> options.put(key, String.valueOf(value)));
     String points = options.getOrDefault(CONTACT_POINTS, "").trim();
     if (points.isEmpty()) {
