@@ -51,7 +51,8 @@ def test_the_preset_is_the_studys_and_the_defaults_leave_it_out():
         assert setting.key not in untuned, setting.key
     for setting in REQUIRED:  # never calls home, tuned or not
         assert untuned[setting.key] == tuned[setting.key] == setting.value
-    assert fuse_options(True) == ["-o", "ro", "-o", "max_idle_threads=64"]
+    assert fuse_options(True) == ["-o", "ro", "-o", "max_idle_threads=64", "-o", "kernel_cache",
+                                  "-o", "attr_timeout=7200", "-o", "entry_timeout=7200"]
     assert fuse_options(False) == ["-o", "ro"]
 
 
