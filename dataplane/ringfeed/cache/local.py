@@ -45,7 +45,13 @@ log4j.appender.file.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n
 
 
 def runtime_dir() -> Path:
-    return cache_dir() / "alluxio"
+    """``$RINGFEED_CACHE/alluxio``; outside make (no RINGFEED_CACHE), a source checkout's ``.cache/alluxio`` when
+    ``make alluxio`` built it there."""
+    runtime = cache_dir() / "alluxio"
+    checkout = Path(__file__).resolve().parents[3] / ".cache" / "alluxio"
+    if not runtime.exists() and "RINGFEED_CACHE" not in os.environ and checkout.exists():
+        return checkout
+    return runtime
 
 
 @dataclasses.dataclass
