@@ -190,8 +190,7 @@ class LocalCache:
 
     def web_address(self, name: str) -> str:
         """host:port of a process's web server (its Prometheus metrics under /metrics/prometheus/)."""
-        settings = self.settings
-        host = settings.host if settings else "127.0.40.1"
+        host = (self.settings or CacheSettings(mount="")).host
         return f"{host}:{19999 if name == 'master' else 30000}"
 
     # -- processes ---------------------------------------------------------------------------------------------
