@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from ringfeed.cache.preset import (
 )
 from ringfeed.errors import RingfeedError
 from ringfeed.local.jars import cache_dir, require_java
-from ringfeed.local.ring import _wait_gone
+from ringfeed.local.ring import live_pid, stop_process, tree_size
 
 # Stopped in this order: FUSE, then the worker (it ignores SIGTERM for long once the master is gone), the master.
 PROCESSES = ("fuse", "worker", "master")
@@ -166,10 +165,7 @@ class LocalCache:
         for name in PROCESSES:
             pid = self._running_pid(name)
             if pid is not None:
-                os.kill(pid, signal.SIGTERM)
-                if not _wait_gone(pid, 30):
-                    os.kill(pid, signal.SIGKILL)
-                    _wait_gone(pid, 30)
+                stop_process(pid, grace_s=30)
             (self.state_dir / f"{name}.pid").unlink(missing_ok=True)
         shutil.rmtree(self.memory_dir, ignore_errors=True)
         shutil.rmtree(self.state_dir / "journal", ignore_errors=True)
@@ -181,6 +177,10 @@ class LocalCache:
             pid = int(pid_file.read_text()) if pid_file.exists() else None
             statuses.append(ProcessStatus(name, pid, self._running_pid(name) is not None))
         return statuses
+
+    def cached_bytes(self) -> int:
+        """Bytes in the worker's memory tier."""
+        return tree_size(self.memory_dir)
 
     @staticmethod
     def mounted(path: Path) -> bool:
@@ -243,17 +243,8 @@ class LocalCache:
         raise RingfeedError(f"the Alluxio {name} was not ready in time; see {log}")
 
     def _running_pid(self, name: str) -> int | None:
-        """The saved PID when it is alive AND is this tier's JVM (PIDs get reused), else None."""
-        pid_file = self.state_dir / f"{name}.pid"
-        if not pid_file.exists():
-            return None
-        pid = int(pid_file.read_text())
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return None
-        return pid if state != "Z" and f"-Dalluxio.home={self.state_dir}".encode() in cmdline else None
+        """The saved PID when it is alive AND is this tier's JVM, else None."""
+        return live_pid(self.state_dir / f"{name}.pid", f"-Dalluxio.home={self.state_dir}")
 
     def _running_pids(self) -> list[int]:
         return [pid for name in PROCESSES if (pid := self._running_pid(name)) is not None]

@@ -32,9 +32,14 @@ console.soft_wrap = not console.is_terminal
 err_console = Console(stderr=True)
 
 
-def default_local_dir() -> Path:
+def ringfeed_state_dir(variable: str, name: str) -> Path:
+    """``$variable``, else ``$XDG_STATE_HOME/ringfeed/<name>`` (``~/.local/state`` without XDG_STATE_HOME)."""
     state_home = os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")
-    return Path(os.environ.get("RINGFEED_LOCAL_DIR", Path(state_home) / "ringfeed" / "local"))
+    return Path(os.environ.get(variable, Path(state_home) / "ringfeed" / name))
+
+
+def default_local_dir() -> Path:
+    return ringfeed_state_dir("RINGFEED_LOCAL_DIR", "local")
 
 
 class RingfeedGroup(click.Group):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import click
 from rich.table import Table
 
-from ringfeed.cli.app import console, main
+from ringfeed.cli.app import console, main, ringfeed_state_dir
 from ringfeed.cli.render import JSON_OPTION, human_bytes, print_json, print_table
 from ringfeed.errors import RingfeedError
 
@@ -17,8 +16,7 @@ UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**2
 
 
 def default_state_dir() -> Path:
-    state_home = os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")
-    return Path(os.environ.get("RINGFEED_CACHE_DIR", Path(state_home) / "ringfeed" / "cache-tier"))
+    return ringfeed_state_dir("RINGFEED_CACHE_DIR", "cache-tier")
 
 
 def parse_bytes(text: str) -> int:
@@ -83,7 +81,7 @@ def cache_status(ctx, as_json):
         settings = local_cache.settings
         print_json({"mount": settings.mount if settings else None,
                     "mounted": bool(settings) and local_cache.mounted(Path(settings.mount)),
-                    "cached_bytes": _cached_bytes(local_cache),
+                    "cached_bytes": local_cache.cached_bytes(),
                     "processes": [{"name": p.name, "pid": p.pid, "running": p.running}
                                   for p in local_cache.status()]})
         return
@@ -98,11 +96,6 @@ def cache_down(ctx):
     console.print("cache tier stopped")
 
 
-def _cached_bytes(local_cache) -> int:
-    directory = local_cache.memory_dir
-    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file()) if directory.exists() else 0
-
-
 def print_status(local_cache) -> None:
     settings = local_cache.settings
     table = Table("process", "pid", "state", "web (metrics)")
@@ -113,5 +106,5 @@ def print_status(local_cache) -> None:
     print_table(table)
     if settings is not None:
         state = "mounted" if local_cache.mounted(Path(settings.mount)) else "not mounted"
-        console.print(f"{settings.mount}: {state} · memory tier {human_bytes(_cached_bytes(local_cache))} "
+        console.print(f"{settings.mount}: {state} · memory tier {human_bytes(local_cache.cached_bytes())} "
                       f"of {human_bytes(settings.memory_bytes)}")

@@ -144,7 +144,7 @@ class LocalRing:
                 index=index, address=self.address(index), pid=pid if running else None, running=running,
                 cql_ready=running and cql_answers(self.address(index)),
                 decommissioned=index not in self._members,
-                data_bytes=_tree_size(self._node_dir(index) / "data"),
+                data_bytes=tree_size(self._node_dir(index) / "data"),
             ))
         return rows
 
@@ -318,24 +318,13 @@ client_encryption_options:
         return self._running_pid(index) is not None
 
     def _running_pid(self, index: int) -> int | None:
-        """The saved PID when it is alive AND is this node's JVM (PIDs get reused), else None."""
-        pid = self.pid(index)
-        if pid is None:
-            return None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return None
-        return pid if str(self._node_dir(index) / "conf" / "cassandra.yaml").encode() in cmdline else None
+        """The saved PID when it is alive AND is this node's JVM, else None."""
+        return live_pid(self._node_dir(index) / "pid", str(self._node_dir(index) / "conf" / "cassandra.yaml"))
 
     def _stop_pid(self, index: int, grace_s: float = 60) -> None:
         pid = self._running_pid(index)
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_gone(pid, grace_s):
-            os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid, 30)
+        if pid is not None:
+            stop_process(pid, grace_s)
 
 
 # CQL native protocol v4 OPTIONS request: version 0x04, flags 0, stream 0, opcode 0x05, empty body.
@@ -373,7 +362,29 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
     return False
 
 
-def _tree_size(path: Path) -> int:
+def live_pid(pid_file: Path, marker: str) -> int | None:
+    """The PID saved in ``pid_file`` when that process is alive AND its command line holds ``marker`` (PIDs get
+    reused; a zombie's command line is empty), else None."""
+    if not pid_file.exists():
+        return None
+    pid = int(pid_file.read_text())
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if marker.encode() in cmdline else None
+
+
+def stop_process(pid: int, grace_s: float) -> None:
+    """SIGTERM, and SIGKILL when the process is still there after ``grace_s``."""
+    os.kill(pid, signal.SIGTERM)
+    if not _wait_gone(pid, grace_s):
+        os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, 30)
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 when it does not exist)."""
     if not path.exists():
         return 0
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

@@ -179,7 +179,7 @@ def test_fuse_shows_every_file_of_both_splits_byte_for_byte(mounted_tier, ring_d
 def test_the_second_read_comes_from_the_workers_memory(mounted_tier, ring_datasets):
     tier, mount = mounted_tier
     read_tree(mount, IMAGES)
-    cached = sum(f.stat().st_size for f in tier.memory_dir.rglob("*") if f.is_file())
+    cached = tier.cached_bytes()
     image_bytes = sum(len(data) for data in ring_datasets["images"].values())
     assert cached >= image_bytes, f"the memory tier holds {cached} bytes after reading {image_bytes}"
     assert read_tree(mount, IMAGES) == {path: data for path, data in expected_tree(ring_datasets).items()
