@@ -16,7 +16,6 @@ memory tier). Ends with BAR cache_warm_vs_local (mean warm ÷ mean local, bar �
 from __future__ import annotations
 
 import argparse
-import io
 import re
 import statistics
 import sys
@@ -24,10 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
-
-from bench_loader import settle
+from bench_loader import make_jpeg_folder, settle
 from ringfeed.cache import LocalCache
 from ringfeed.connection import ClusterAddress
 from ringfeed.ingest import IngestOptions, ingest
@@ -39,24 +35,6 @@ from bench_node import dedicated_node
 
 DATASET = "bench_cache"
 BAR = 0.90
-
-
-def make_image_folder(root: Path, images: int) -> int:
-    """root/class<k>/<i>.jpg, 500×375 smooth fields with noise (~110 kB at quality 90); returns the bytes written."""
-    rng = np.random.default_rng(11)
-    yy, xx = np.mgrid[0:375, 0:500]
-    total = 0
-    for i in range(images):
-        folder = root / f"class{i % 10}"
-        folder.mkdir(parents=True, exist_ok=True)
-        base = rng.integers(0, 256, 3)
-        pixels = (base + 60 * np.sin(xx[..., None] / rng.uniform(8, 40) + rng.uniform(0, 6, 3))
-                  + 40 * np.cos(yy[..., None] / rng.uniform(8, 40)) + rng.normal(0, 18, (375, 500, 3)))
-        buffer = io.BytesIO()
-        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=90)
-        (folder / f"{i}.jpg").write_bytes(buffer.getvalue())
-        total += len(buffer.getvalue())
-    return total
 
 
 def epoch(root: Path, workers: int, seed: int) -> tuple[float, int]:
@@ -98,7 +76,8 @@ def main() -> int:
             tempfile.TemporaryDirectory() as tmp:
         host = ring.hosts[0]
         source = Path(tmp) / "imagefolder"
-        size = make_image_folder(source, args.images)
+        # ImageNet-like: 500×375, ~90 kB
+        size = make_jpeg_folder(source, args.images, width=500, height=375, noise=18, quality=90, seed=11)
         print(f"{args.images:,} JPEGs of {size / args.images / 1e3:.0f} kB on average, 10 classes", flush=True)
         with Store(ClusterAddress((host,))) as store:
             store.create_dataset(DatasetSchema(DATASET, (Column("path", "text"),), Encoding("jpeg"),

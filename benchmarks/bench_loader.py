@@ -65,19 +65,25 @@ def make_raw_dataset(store: Store, folder: Path, rows: int, size: int) -> Loader
     return LoaderSource.from_split(name, "all", "train", store=store)
 
 
-def make_jpeg_folder(root: Path, images: int) -> None:
-    """An ImageFolder tree of 320×240 JPEGs (~20 kB each: smooth colour fields with noise), 10 classes."""
+def make_jpeg_folder(root: Path, images: int, *, width: int = 320, height: int = 240, noise: float = 12,
+                     quality: int = 85, seed: int = 7) -> int:
+    """An ImageFolder tree of JPEGs (smooth colour fields with noise), 10 classes; returns the bytes written. The
+    defaults make ~20 kB images."""
     from PIL import Image
 
-    rng = np.random.default_rng(7)
-    yy, xx = np.mgrid[0:240, 0:320]
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:height, 0:width]
+    written = 0
     for i in range(images):
         folder = root / f"class{i % 10}"
         folder.mkdir(parents=True, exist_ok=True)
         base = rng.integers(0, 256, 3)
         pixels = (base + 60 * np.sin(xx[..., None] / rng.uniform(8, 40) + rng.uniform(0, 6, 3))
-                  + 40 * np.cos(yy[..., None] / rng.uniform(8, 40)) + rng.normal(0, 12, (240, 320, 3)))
-        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(folder / f"{i}.jpg", quality=85)
+                  + 40 * np.cos(yy[..., None] / rng.uniform(8, 40)) + rng.normal(0, noise, (height, width, 3)))
+        path = folder / f"{i}.jpg"
+        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(path, quality=quality)
+        written += path.stat().st_size
+    return written
 
 
 def run_reference(refreader: str, host: str, source: LoaderSource, order: np.ndarray, batch: int, concurrency: int,
