@@ -168,8 +168,7 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
       List<UfsStatus> children = new ArrayList<>();
       if (withChildren) {
         if (part.format().flat()) {
-          children.add(file(PartView.LABELS_FILE, "labels:" + split.id() + ":" + path.part(), part.labelsCsvLength(),
-              modified));
+          children.add(labelsFile(split, path.part(), part));
           part.flat().forEach(sample -> children.add(sampleFile(part, sample, modified)));
         } else {
           part.folders().keySet().forEach(folder -> children.add(directory(folder, modified)));
@@ -182,8 +181,7 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
         return Optional.empty();
       }
       if (path.name().equals(PartView.LABELS_FILE)) {
-        return Optional.of(new File(file(PartView.LABELS_FILE, "labels:" + split.id() + ":" + path.part(),
-            part.labelsCsvLength(), modified), dataset, part, null));
+        return Optional.of(new File(labelsFile(split, path.part(), part), dataset, part, null));
       }
       return part.sample(null, path.name())
           .map(sample -> new File(sampleFile(part, sample, modified), dataset, part, sample));
@@ -214,6 +212,11 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
   private UfsFileStatus file(String name, String contentHash, long length, long modifiedMs) {
     return new UfsFileStatus(name, contentHash, length, modifiedMs, "", "", FILE_MODE,
         mUfsConf.getBytes(PropertyKey.USER_BLOCK_SIZE_BYTES_DEFAULT));
+  }
+
+  private UfsFileStatus labelsFile(RingCatalog.Split split, String partName, PartView part) {
+    return file(PartView.LABELS_FILE, "labels:" + split.id() + ":" + partName, part.labelsCsvLength(),
+        split.createdAtMs());
   }
 
   private UfsFileStatus sampleFile(PartView part, PartView.Sample sample, long modifiedMs) {
