@@ -70,7 +70,7 @@ node-packages: ## Debian packages of the local node and image builds: containerd
 wheels: deps ## Wheelhouse of ringfeed + ringfeed-operator + dependencies: the images' build context (.cache/images/wheels)
 	@images/build.sh wheels
 
-images: deps node-packages ## Build the images from images/*/Dockerfile with buildah; import them into the local cluster
+images: deps node-packages alluxio ## Build the images from images/*/Dockerfile with buildah; import them into the local cluster
 	@images/build.sh all
 
 $(REFWRITER): $(shell find benchmarks/refwriter/src -name '*.rs') benchmarks/refwriter/Cargo.toml

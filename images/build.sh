@@ -16,7 +16,7 @@ python=${PYTHON_VENV:-$repo/.venv}/bin/python
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/dataplane/pyproject.toml")
 base=localhost/ringfeed/base:bookworm
 pause=localhost/ringfeed/pause:1.0
-images=(dataplane operator trainer)
+images=(dataplane operator trainer alluxio)
 # A Ring's images, built from the source tarballs in third_party/ (images/k8ssandra/): cass-operator and
 # k8ssandra-client's `config build` (static Go binaries, FROM scratch) and Cassandra 5.0.9 with MAAC.
 cass_operator=localhost/ringfeed/cass-operator:v1.32.0
@@ -76,18 +76,29 @@ build_trainer_context() { # the example trainer's context: torch and its pure-Py
     local context=$cache/trainer-context
     mkdir -p "$context/torch" "$context/client"
     # The venv's versions; torch's nvidia-* and triton dependencies stay out (see images/trainer/Dockerfile). Files
-    # already downloaded are kept: torch's 540 MB wheel is fetched once.
+    # already downloaded are kept: torch's 540 MB wheel is fetched once. torchvision and Pillow: ImageFolder over a
+    # cache tier's mount (access: posix).
     # shellcheck disable=SC2046  # one argument per requirement
-    "$python" -m pip download --quiet --no-deps --only-binary=:all: --dest "$context/torch" $("$python" -m pip freeze \
-        | grep -iE '^(torch|filelock|fsspec|jinja2|markupsafe|networkx|sympy|mpmath|typing.extensions)==')
+    "$python" -m pip download --quiet --no-deps --only-binary=:all: --dest "$context/torch" $("$python" -c '
+import importlib.metadata as m
+print(" ".join(f"{n}=={m.version(n)}" for n in ("torch", "torchvision", "pillow", "filelock", "fsspec", "jinja2",
+      "markupsafe", "networkx", "sympy", "mpmath", "typing_extensions")))')
     rm -f "$context/client"/*.whl
     cp "$cache/wheels"/ringfeed_client-*.whl "$cache/wheels"/numpy-*.whl "$context/client/"
     cp "$here/trainer/train.py" "$context/"
 }
 
-build_image() { # name: images/<name>/Dockerfile with the wheelhouse (the trainer: its own context) as the context
+build_alluxio_context() { # the cache tier's context: the wheelhouse and Alluxio's runtime (`make alluxio`), linked
+    local context=$cache/alluxio-context runtime=$RINGFEED_CACHE/alluxio
+    [[ -f $runtime/.stamp ]] || { echo "error: $runtime is not built; run: make alluxio" >&2; exit 1; }
+    rm -rf "$context" && mkdir -p "$context/alluxio"
+    cp -al "$cache/wheels" "$context/wheels"
+    cp -al "$runtime/lib" "$runtime/extensions" "$context/alluxio/"
+}
+
+build_image() { # name: images/<name>/Dockerfile with the wheelhouse (the trainer, the cache tier: their own) as context
     local context=$cache/wheels
-    [[ $1 == trainer ]] && context=$cache/trainer-context
+    [[ $1 == trainer || $1 == alluxio ]] && context=$cache/$1-context
     buildah bud --quiet --layers --pull=never --isolation chroot --build-arg BASE="$base" \
         -f "$here/$1/Dockerfile" -t "localhost/ringfeed/$1:$version" "$context" >/dev/null
 }
@@ -157,8 +168,8 @@ export_ring_images() {
 sources_key() { # everything the wheels and images are made from
     (cd "$repo" && find dataplane/pyproject.toml dataplane/ringfeed dataplane/native/src dataplane/native/Cargo.* \
         operator/pyproject.toml operator/ringfeed_operator client/pyproject.toml client/ringfeed_client images/base \
-        images/dataplane images/operator images/trainer \
-        -type f ! -name '*.pyc' | sort | xargs sha256sum) | sha256sum | cut -c1-16
+        images/dataplane images/operator images/trainer images/alluxio \
+        -type f ! -name '*.pyc' | sort | xargs sha256sum; cat "$RINGFEED_CACHE/alluxio/.stamp") | sha256sum | cut -c1-16
 }
 
 all() {
@@ -171,11 +182,13 @@ all() {
     if [[ $(cat "$cache/sources.key" 2>/dev/null) != "$key" ]]; then
         timed wheels build_wheels
         timed "trainer context" build_trainer_context
+        timed "alluxio context" build_alluxio_context
         for name in "${images[@]}"; do timed "$name" build_image "$name"; done
         for name in "${images[@]}"; do
             timed "export $name" export_image "localhost/ringfeed/$name:$version" "$cache/$name.oci.tar"
         done
         buildah rm --all >/dev/null
+        rm -rf "$cache/alluxio-context"
         echo "$key" >"$cache/sources.key"
     else
         echo "images: sources unchanged since the last build, archives reused"

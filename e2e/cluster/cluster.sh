@@ -204,6 +204,11 @@ up() {
 
     t=$(date +%s%N)
     mkdir -p "$state/kubelet"
+    # The cache tiers' FUSE mounts (the chart's cache.hostDir) live under a shared mount: a FUSE Pod's Bidirectional
+    # mount then reaches the node, and the trainers' HostToContainer mounts (this machine's / is a private mount).
+    mkdir -p "$state/cache-mounts"
+    mountpoint -q "$state/cache-mounts" || mount --bind "$state/cache-mounts" "$state/cache-mounts"
+    mount --make-rshared "$state/cache-mounts"
     # The no-iptables stubs come first on PATH: belt and braces on top of makeIPTablesUtilChains: false.
     PATH=$here/etc/no-iptables:$PATH start kubelet "$bin/kubelet" --config="$state/etc/kubelet-config.yaml" \
         --kubeconfig="$state/kubelet.kubeconfig" --root-dir="$state/kubelet" --cert-dir="$state/kubelet/pki" \

@@ -36,7 +36,7 @@ from kubecluster import (
     CASS_OPERATOR_CRDS,
     CHART,
     CRDS,
-    LOCAL_VALUES,
+    LOCAL_SETTINGS,
     RELEASE,
     REPO,
     RING_ADDRESS_PREFIX,
@@ -191,7 +191,7 @@ def source(tmp_path_factory):
 @pytest.fixture(scope="module")
 def release(cluster: Cluster):
     """The chart installed with the local values; uninstalled (and its CRDs removed) at the end."""
-    cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM, "--create-namespace", "-f", str(LOCAL_VALUES),
+    cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM, "--create-namespace", *LOCAL_SETTINGS,
                  "--wait", "--timeout", "180s", timeout=240)
     try:
         yield RELEASE

@@ -21,6 +21,9 @@ RING_ADDRESS_PREFIX = os.environ.get("RINGFEED_E2E_RING_PREFIX", "10.244.0.")
 # The chart as the operator's tests install it.
 CHART = REPO / "charts" / "ringfeed"
 LOCAL_VALUES = REPO / "e2e" / "values-local.yaml"
+# The cache tiers' FUSE mounts: the local cluster's shared mount (e2e/cluster/cluster.sh makes it).
+CACHE_HOST_DIR = os.environ.get("RINGFEED_E2E_CACHE_HOST_DIR", str(STATE / "cache-mounts"))
+LOCAL_SETTINGS = ("-f", str(LOCAL_VALUES), "--set", f"cache.hostDir={CACHE_HOST_DIR}")
 RELEASE, SYSTEM = "ringfeed", "ringfeed-system"
 GROUP, VERSION = "ringfeed.io", "v1alpha1"
 CRDS = ("datasets.ringfeed.io", "splits.ringfeed.io", "trainingjobs.ringfeed.io", "rings.ringfeed.io")

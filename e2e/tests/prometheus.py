@@ -4,7 +4,8 @@ Ringfeed's rule file loaded as the chart ships it.
 Targets are what a Prometheus without the Prometheus Operator scrapes by the `prometheus.io/*` annotations: the
 operator's metrics Service (job `ringfeed-operator`), TrainingJob Pods at their loader sidecar's port
 (`ringfeed-sidecar`), ingest Job Pods while they run (`ringfeed-ingest`), the Rings' Cassandra Pods at the Management
-API agent's port (`cassandra`), with the namespace, pod and container labels a Kubernetes scrape configuration adds.
+API agent's port (`cassandra`), the cache tiers' Alluxio masters and workers (`alluxio`), with the namespace, pod and
+container labels a Kubernetes scrape configuration adds.
 Debian builds Prometheus without Kubernetes service discovery, so `annotated_targets` finds them through the API
 server every few seconds and hands them over in a file_sd file; loaders of the test process itself join by
 `add_loader` (job `ringfeed-loader`). Prometheus listens on loopback inside the cluster's network namespace, where the
@@ -84,6 +85,8 @@ def annotated_targets(core: client.CoreV1Api) -> list[dict]:
             job = "ringfeed-ingest"
         elif labels.get("ringfeed.io/ring"):
             job = "cassandra"
+        elif labels.get("app.kubernetes.io/component") in ("cache-master", "cache-worker"):
+            job = "alluxio"
         else:
             continue
         port = annotations.get("prometheus.io/port", "")

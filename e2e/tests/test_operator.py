@@ -22,7 +22,7 @@ from ringfeed.splits import SplitSpec, load_split
 from ringfeed.splits.engine import compute_split
 
 from conftest import PATIENTS
-from kubecluster import CHART, CRDS, GROUP, LOCAL_VALUES, RELEASE, REPO, SYSTEM, VERSION, Cluster
+from kubecluster import CHART, CRDS, GROUP, LOCAL_SETTINGS, RELEASE, REPO, SYSTEM, VERSION, Cluster
 from prometheus import lint
 
 # -- helpers -----------------------------------------------------------------------------------------------------
@@ -87,8 +87,8 @@ def expected_counts(source: Path) -> dict[int, int]:
 # -- the chart ---------------------------------------------------------------------------------------------------
 
 def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
-    cluster.helm("lint", "--strict", str(CHART), "-f", str(LOCAL_VALUES))
-    rendered = cluster.helm("template", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(LOCAL_VALUES)).stdout
+    cluster.helm("lint", "--strict", str(CHART), *LOCAL_SETTINGS)
+    rendered = cluster.helm("template", RELEASE, str(CHART), "-n", SYSTEM, *LOCAL_SETTINGS).stdout
     documents = [d for d in yaml.safe_load_all(rendered) if d]
     kinds = {(d["kind"], d["metadata"]["name"]) for d in documents}
     assert {("CustomResourceDefinition", crd) for crd in CRDS} <= kinds
@@ -381,7 +381,7 @@ def test_operator_killed_mid_reconcile_converges(cluster: Cluster, ns: str, ring
 
 
 def test_upgrade_keeps_objects_and_uninstall_removes_the_operator(cluster: Cluster, ns: str, release):
-    cluster.helm("upgrade", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(LOCAL_VALUES), "--set",
+    cluster.helm("upgrade", RELEASE, str(CHART), "-n", SYSTEM, *LOCAL_SETTINGS, "--set",
                  "operator.verbose=false", "--wait", "--timeout", "180s", timeout=240)
     assert json.loads(cluster.helm("status", RELEASE, "-n", SYSTEM, "-o", "json").stdout)["version"] == 2
     deployment = cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM)
@@ -397,6 +397,6 @@ def test_upgrade_keeps_objects_and_uninstall_removes_the_operator(cluster: Clust
     assert cluster.helm("list", "-n", SYSTEM, "-q").stdout.strip() == ""
     # The CRDs, and so every Dataset, stay (resource-policy keep); a reinstall adopts them.
     assert get(cluster, ns, "datasets", "slides") is not None
-    cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM, "-f", str(LOCAL_VALUES), "--wait", "--timeout",
+    cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM, *LOCAL_SETTINGS, "--wait", "--timeout",
                  "180s", timeout=240)
     assert cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM).status.available_replicas == 1

@@ -7,14 +7,21 @@ trainer continues exactly where its last checkpoint was taken. At the end each r
 it trained on per epoch (tests check that every epoch covered the part exactly once across ranks), its loss and
 its throughput.
 
+With ``access: posix`` (RINGFEED_DATA_DIR set: the part's folder on the Dataset's cache tier) it reads files
+instead: torchvision's ``ImageFolder`` over the folder, a seeded shuffle per epoch dealt out to the ranks, a
+DataLoader with workers. Each rank then prints the SHA-256 of every file it read per epoch (tests compare them with
+the ring's bytes).
+
 Environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (set by the TrainingJob), CHECKPOINT_DIR (default
 /checkpoint), CHECKPOINT_EVERY (default 1), STEP_DELAY_S (default 0: a pause per step, to watch a job in slow
-motion).
+motion); with access posix RINGFEED_DATA_DIR and RINGFEED_EPOCHS (set by the TrainingJob).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import io
 import json
 import os
 import time
@@ -39,14 +46,21 @@ def rendezvous(rank: int, world_size: int) -> None:
     dist.destroy_process_group()
 
 
+def small_cnn() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3, stride=2), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, CLASSES))
+
+
 def main() -> None:
+    if os.environ.get("RINGFEED_DATA_DIR"):
+        train_on_files(Path(os.environ["RINGFEED_DATA_DIR"]))
+        return
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     checkpoint = Path(os.environ.get("CHECKPOINT_DIR", "/checkpoint")) / f"rank-{rank}.pt"
     every, delay = int(os.environ.get("CHECKPOINT_EVERY", "1")), float(os.environ.get("STEP_DELAY_S", "0"))
     torch.manual_seed(rank)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3, stride=2), torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, CLASSES))
+    model = small_cnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     feed = Feed(with_uuids=True)
     trained: dict[str, list[str]] = {}
@@ -79,6 +93,52 @@ def main() -> None:
     seconds = time.perf_counter() - started
     print(json.dumps({"rank": rank, "world_size": world_size, "trained": trained, "loss": loss,
                       "samples_per_second": round(samples / seconds, 1) if seconds else 0.0}), flush=True)
+
+
+def train_on_files(root: Path) -> None:
+    """access: posix — torchvision's ImageFolder over the part's folder on the cache tier's mount."""
+    from PIL import Image
+    from torchvision import datasets, transforms
+
+    class HashedImageFolder(datasets.ImageFolder):
+        """ImageFolder's listing and classes; each item also names its file and the SHA-256 of the bytes read."""
+
+        def __getitem__(self, index):
+            path, label = self.samples[index]
+            data = Path(path).read_bytes()
+            image = self.transform(Image.open(io.BytesIO(data)).convert("RGB"))
+            return image, label, os.path.relpath(path, self.root), hashlib.sha256(data).hexdigest()
+
+    rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    epochs = int(os.environ.get("RINGFEED_EPOCHS", "1"))
+    if world_size > 1:
+        rendezvous(rank, world_size)
+    folder = HashedImageFolder(str(root), transform=transforms.Compose([transforms.Resize((32, 32)),
+                                                                         transforms.ToTensor()]))
+    print(f"rank {rank}: {len(folder)} files in {len(folder.classes)} classes {folder.classes} under {root}",
+          flush=True)
+    torch.manual_seed(rank)
+    model = small_cnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    read: dict[str, dict[str, str]] = {}
+    samples, loss, started = 0, float("nan"), time.perf_counter()
+    for epoch in range(epochs):
+        # The same seeded order on every rank, dealt out: each file to exactly one rank per epoch.
+        order = torch.randperm(len(folder), generator=torch.Generator().manual_seed(epoch)).tolist()
+        shard = torch.utils.data.Subset(folder, order[rank::world_size])
+        for images, labels, names, digests in torch.utils.data.DataLoader(shard, batch_size=8, num_workers=2):
+            optimizer.zero_grad()
+            batch_loss = torch.nn.functional.cross_entropy(model(images), labels)
+            batch_loss.backward()
+            optimizer.step()
+            loss = batch_loss.item()
+            read.setdefault(str(epoch), {}).update(zip(names, digests, strict=True))
+            samples += len(labels)
+        print(f"rank {rank}: epoch {epoch} done, loss {loss:.4f}", flush=True)
+    seconds = time.perf_counter() - started
+    print(json.dumps({"rank": rank, "world_size": world_size, "classes": folder.classes, "read": read,
+                      "loss": loss, "samples_per_second": round(samples / seconds, 1) if seconds else 0.0}),
+          flush=True)
 
 
 def save(path: Path, model, optimizer, feed: Feed, trained: dict) -> None:

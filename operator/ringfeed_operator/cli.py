@@ -6,7 +6,14 @@ import dataclasses
 import click
 
 from ringfeed_operator import main as operator
-from ringfeed_operator.config import Config, JobResourcesError, JobsConfig, RingsConfig, parse_job_resources
+from ringfeed_operator.config import (
+    CacheConfig,
+    Config,
+    JobResourcesError,
+    JobsConfig,
+    RingsConfig,
+    parse_job_resources,
+)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,11 +44,19 @@ from ringfeed_operator.config import Config, JobResourcesError, JobsConfig, Ring
 @click.option("--ring-image", default=RingsConfig.image, show_default=True,
               help="Cassandra image with the Management API (MAAC) of the Rings' nodes, unless a Ring's spec.image "
                    "names another.")
+@click.option("--cache-image", default=CacheConfig.image, show_default=True,
+              help="Alluxio image of the Datasets' cache tiers (spec.cache.alluxio), unless a Dataset names another.")
+@click.option("--cache-image-pull-policy", default=CacheConfig.image_pull_policy, show_default=True,
+              type=click.Choice(["Always", "IfNotPresent", "Never"]))
+@click.option("--cache-host-dir", default=CacheConfig.host_dir, show_default=True,
+              help="The nodes' directory of the cache tiers' FUSE mounts (<dir>/<namespace>/<dataset>/mnt); it must "
+                   "be a shared mount (the kubelet's Bidirectional propagation).")
 @click.option("--verbose", "-v", is_flag=True, help="Log every handler call and API request.")
 def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, job_image: str,
          job_image_pull_policy: str, job_service_account: str, job_backoff_limit: int,
          job_allow_host_path: bool,
-         job_resources: str | None, ring_image: str, verbose: bool) -> None:
+         job_resources: str | None, ring_image: str, cache_image: str, cache_image_pull_policy: str,
+         cache_host_dir: str, verbose: bool) -> None:
     """Reconcile Ringfeed's Dataset, Split, TrainingJob and Ring objects.
 
     Inside a cluster the service account's credentials are used; outside, the current kubeconfig context.
@@ -62,4 +77,6 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
         except JobResourcesError as error:
             raise click.BadParameter(str(error), param_hint="--job-resources") from None
     operator.run(Config(watch_namespaces=namespaces, metrics_port=metrics_port, health_port=health_port, bind=bind,
-                        verbose=verbose, jobs=jobs, rings=RingsConfig(image=ring_image)))
+                        verbose=verbose, jobs=jobs, rings=RingsConfig(image=ring_image),
+                        cache=CacheConfig(image=cache_image, image_pull_policy=cache_image_pull_policy,
+                                          host_dir=cache_host_dir)))

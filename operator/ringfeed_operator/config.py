@@ -48,6 +48,19 @@ class RingsConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CacheConfig:
+    """The Alluxio cache tiers of Datasets with spec.cache.alluxio (chart values `cache.*`)."""
+
+    # cache.image.repository:tag — Alluxio with Ringfeed's extension (`ringfeed cache serve`), unless a Dataset's
+    # spec.cache.alluxio.image names another.
+    image: str = "ghcr.io/ringfeed/alluxio:0.1.0"
+    # cache.image.pullPolicy
+    image_pull_policy: str = "IfNotPresent"
+    # cache.hostDir — the nodes' directory of the FUSE mounts: <hostDir>/<namespace>/<dataset>/mnt.
+    host_dir: str = "/var/lib/ringfeed/cache"
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """Everything `ringfeed-operator` is told at its start (chart values `operator.*`, `jobs.*` and `rings.*`)."""
 
@@ -65,6 +78,8 @@ class Config:
     jobs: JobsConfig = dataclasses.field(default_factory=JobsConfig)
     # rings.*
     rings: RingsConfig = dataclasses.field(default_factory=RingsConfig)
+    # cache.*
+    cache: CacheConfig = dataclasses.field(default_factory=CacheConfig)
 
 
 class JobResourcesError(ValueError):

@@ -21,6 +21,9 @@ TRAININGJOBS = (GROUP, VERSION, "trainingjobs")
 RINGS = (GROUP, VERSION, "rings")
 
 
+FIELD_MANAGER = "ringfeed-operator"
+
+
 class SecretNotFound(Exception):
     """A Secret, or a key of it, that a Dataset names does not exist."""
 
@@ -52,6 +55,16 @@ class Kube:
         self._core = kubernetes.client.CoreV1Api(api)
         self._batch = kubernetes.client.BatchV1Api(api)
         self._custom = kubernetes.client.CustomObjectsApi(api)
+        apps = kubernetes.client.AppsV1Api(api)
+        # (read, server-side apply, delete) of each kind the operator applies
+        self._applied: dict[str, tuple[Callable, Callable, Callable]] = {
+            "Service": (self._core.read_namespaced_service, self._core.patch_namespaced_service,
+                        self._core.delete_namespaced_service),
+            "StatefulSet": (apps.read_namespaced_stateful_set, apps.patch_namespaced_stateful_set,
+                            apps.delete_namespaced_stateful_set),
+            "DaemonSet": (apps.read_namespaced_daemon_set, apps.patch_namespaced_daemon_set,
+                          apps.delete_namespaced_daemon_set),
+        }
 
     @classmethod
     def connect(cls) -> Kube:
@@ -105,6 +118,33 @@ class Kube:
     def ensure_secret(self, namespace: str, manifest: dict) -> bool:
         """Create the Secret unless it exists (its values are kept: a Ring's passwords are made once); → created."""
         return _create_unless_exists(lambda: self._core.create_namespaced_secret(namespace, cast(V1Secret, manifest)))
+
+    def apply(self, namespace: str, manifest: dict) -> None:
+        """Server-side apply (a Service, StatefulSet or DaemonSet of a cache tier): made, or brought back to the
+        manifest when it differs; fields others own (the API server's defaults) are left alone."""
+        _, patch, _ = self._applied[manifest["kind"]]
+        patch(manifest["metadata"]["name"], namespace, manifest, field_manager=FIELD_MANAGER, force=True,
+              _content_type="application/apply-patch+yaml")
+
+    def read_applied(self, namespace: str, kind: str, name: str) -> dict | None:
+        read, _, _ = self._applied[kind]
+        try:
+            return self._api.sanitize_for_serialization(read(name, namespace))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def delete_applied(self, namespace: str, kind: str, name: str) -> bool:
+        """Delete one (its Pods in the background); → whether it existed."""
+        _, _, delete = self._applied[kind]
+        try:
+            delete(name, namespace, propagation_policy="Background")
+            return True
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            return False
 
     def release_secret(self, namespace: str, name: str, finalizer: str) -> None:
         """Take `finalizer` off a Secret (gone or without it: nothing to do)."""

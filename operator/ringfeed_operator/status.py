@@ -33,6 +33,10 @@ class Conditions:
             "observedGeneration": self._generation, "lastTransitionTime": since,
         }
 
+    def remove(self, type_: str) -> None:
+        """Drop a condition that no longer applies (a feature the spec turned off)."""
+        self._items.pop(type_, None)
+
     def get(self, type_: str) -> dict | None:
         return self._items.get(type_)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from test_builders import DATASET, SETTINGS
+from test_cache_builders import CACHE, cached
 
 from ringfeed.cli import main as ringfeed_cli
 from ringfeed_operator.builders.trainingjob import (
@@ -36,7 +37,7 @@ def trainingjob(**spec) -> dict:
 
 
 def job_of(body: dict) -> dict:
-    return rank_job(body, DATASET, "tumour_slides", 3, SETTINGS)
+    return rank_job(body, DATASET, "tumour_slides", 3, SETTINGS, CACHE)
 
 
 def test_ranks_are_an_indexed_job_owned_by_the_trainingjob():
@@ -88,7 +89,7 @@ def test_the_sidecars_metrics_name_their_trainingjob_and_are_offered_for_scrapin
 def test_a_tls_ring_mounts_its_ca_into_the_sidecar_only():
     dataset = copy.deepcopy(DATASET)
     dataset["spec"]["storage"]["external"]["tls"] = {"enabled": True, "caSecret": {"name": "ring-ca", "key": "ca"}}
-    pod = rank_job(trainingjob(), dataset, "tumour_slides", 3, SETTINGS)["spec"]["template"]["spec"]
+    pod = rank_job(trainingjob(), dataset, "tumour_slides", 3, SETTINGS, CACHE)["spec"]["template"]["spec"]
     ca = next(v["name"] for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "ring-ca")
     assert ca in {m["name"] for m in pod["initContainers"][0]["volumeMounts"]}
     assert ca not in {m["name"] for c in pod["containers"] for m in c["volumeMounts"]}
@@ -137,7 +138,8 @@ def test_a_job_made_again_after_a_suspension_hands_each_rank_its_kept_position()
     ranks = rank_progress([], {0: report(0, 64, 32), 1: report(0, 72, 36)})
     fresh = job_of(trainingjob())["spec"]["template"]["metadata"]
     assert POSITIONS_ANNOTATION not in (fresh.get("annotations") or {})
-    resumed = rank_job(trainingjob(), DATASET, "tumour_slides", 3, SETTINGS, ranks)["spec"]["template"]["metadata"]
+    resumed = rank_job(trainingjob(), DATASET, "tumour_slides", 3, SETTINGS, CACHE,
+                       ranks)["spec"]["template"]["metadata"]
     kept = json.loads(resumed["annotations"][POSITIONS_ANNOTATION])
     assert kept == {"0": ranks[0]["position"], "1": ranks[1]["position"]}
     pod = job_of(trainingjob())["spec"]["template"]["spec"]
@@ -152,3 +154,25 @@ def test_a_job_made_again_after_a_suspension_hands_each_rank_its_kept_position()
 ])
 def test_phase(state, suspended, running, expected):
     assert phase(state, suspended, running) == expected
+
+
+def test_access_posix_mounts_the_datasets_cache_tier_read_only_and_injects_no_sidecar():
+    dataset = cached(nodeSelector={"ringfeed.io/cache": "yes"})
+    body = trainingjob(access="posix", epochs=3)
+    pod = rank_job(body, dataset, "tumour_slides", 3, SETTINGS, CACHE)["spec"]["template"]["spec"]
+    assert not pod.get("initContainers"), "no loader sidecar"
+    volume = next(v for v in pod["volumes"] if v["name"] == "ringfeed-cache")
+    assert volume["hostPath"] == {"path": "/srv/ringfeed-cache/ml/tumour-slides", "type": "Directory"}
+    assert not any("secret" in v or v.get("emptyDir", {}).get("medium") == "Memory" for v in pod["volumes"])
+    assert pod["nodeSelector"]["ringfeed.io/cache"] == "yes"
+    for container in pod["containers"]:
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        split, part = body["spec"]["split"]["name"], body["spec"]["split"].get("part", "train")
+        assert env["RINGFEED_DATA_DIR"] == f"/var/run/ringfeed/cache/mnt/{split}/{part}"
+        assert env["RINGFEED_EPOCHS"] == "3" and "WORLD_SIZE" in env and "RINGFEED_FEED_DIR" not in env
+        assert not any("valueFrom" in e and "secretKeyRef" in e["valueFrom"] for e in container["env"])
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "ringfeed-cache")
+        assert mount["readOnly"] is True and mount["mountPropagation"] == "HostToContainer"
+    annotations = rank_job(body, dataset, "tumour_slides", 3, SETTINGS, CACHE)["spec"]["template"]["metadata"].get(
+        "annotations") or {}
+    assert "prometheus.io/port" not in annotations  # nothing listens for metrics without the sidecar

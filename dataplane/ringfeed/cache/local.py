@@ -10,47 +10,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from ringfeed.cache.preset import (
-    cpu_count,
-    fuse_options,
-    jvm_flags,
-    render_properties,
-    ring_mount_options,
-    site_properties,
-)
+from ringfeed.cache.preset import Placement, fuse_options, render_properties, ring_mount_options, site_properties
+from ringfeed.cache.runtime import LOG4J_FILE, LOGGERS, WEB_PORTS, AlluxioRuntime
 from ringfeed.errors import RingfeedError
-from ringfeed.local.jars import cache_dir, require_java
+from ringfeed.local.jars import require_java
 from ringfeed.local.ring import live_pid, stop_process, tree_size
 
 # Stopped in this order: FUSE, then the worker (it ignores SIGTERM for long once the master is gone), the master.
 PROCESSES = ("fuse", "worker", "master")
-# Alluxio's logger types: each process logs to <type>.log.
-LOGGERS = {"master": "MASTER_LOGGER", "worker": "WORKER_LOGGER", "fuse": "FUSE_LOGGER"}
 READY_LINES = {"master": "Primary started", "worker": "Alluxio worker started"}
-LOG4J = """log4j.rootLogger=INFO, file
-log4j.appender.file=org.apache.log4j.RollingFileAppender
-log4j.appender.file.File=${alluxio.logs.dir}/${alluxio.logger.type}.log
-log4j.appender.file.MaxFileSize=10MB
-log4j.appender.file.MaxBackupIndex=2
-log4j.appender.file.layout=org.apache.log4j.PatternLayout
-log4j.appender.file.layout.ConversionPattern=%d{ISO8601} %-5p %c{1} - %m%n
-"""
-
-
-def runtime_dir() -> Path:
-    """``$RINGFEED_CACHE/alluxio``; outside make (no RINGFEED_CACHE), a source checkout's ``.cache/alluxio`` when
-    ``make alluxio`` built it there."""
-    runtime = cache_dir() / "alluxio"
-    checkout = Path(__file__).resolve().parents[3] / ".cache" / "alluxio"
-    if not runtime.exists() and "RINGFEED_CACHE" not in os.environ and checkout.exists():
-        return checkout
-    return runtime
 
 
 @dataclasses.dataclass
@@ -78,7 +51,7 @@ class LocalCache:
 
     def __init__(self, state_dir: Path | str, runtime: Path | None = None):
         self.state_dir = Path(state_dir).resolve()
-        self.runtime = (runtime or runtime_dir()).resolve()
+        self.runtime = AlluxioRuntime(runtime)
         self._settings_file = self.state_dir / "cache.json"
 
     @property
@@ -93,15 +66,9 @@ class LocalCache:
         return Path("/dev/shm") / f"ringfeed-cache-{hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:12]}"
 
     def _require_runtime(self) -> None:
-        missing = [path for path in (self.runtime / "lib", self.runtime / "extensions" / "ringfeed-alluxio-ufs.jar",
-                                     self._libfuse_dir()) if not path.exists()]
-        if missing:
-            raise RingfeedError(f"the cache tier's runtime is not built ({missing[0]} is missing): run `make alluxio`")
-
-    def _libfuse_dir(self) -> Path:
-        """Where Debian's libfuse3 was unpacked (lib/<architecture triplet>/)."""
-        found = sorted(self.runtime.glob("fuse/lib/*/libfuse3.so.3"))
-        return found[0].parent if found else self.runtime / "fuse" / "lib" / "libfuse3-missing"
+        self.runtime.require()
+        if self.runtime.libfuse_dir() is None:
+            raise RingfeedError(f"libfuse3 is missing under {self.runtime.root}/fuse: run `make alluxio`")
 
     def up(self, hosts: list[str], port: int, mount: Path, *, local_dc: str | None = None,
            username: str | None = None, password: str | None = None, memory_bytes: int = 1 << 30,
@@ -126,29 +93,28 @@ class LocalCache:
             password_file.write_text(password or "")
         self.memory_dir.mkdir(exist_ok=True)
         properties = site_properties(
-            host=host, journal_dir=str(self.state_dir / "journal"), memory_dir=str(self.memory_dir),
-            memory_bytes=memory_bytes, extensions_dir=str(self.runtime / "extensions"),
+            placement=Placement.local(host), journal_dir=str(self.state_dir / "journal"),
+            memory_dir=str(self.memory_dir), memory_bytes=memory_bytes, extensions_dir=str(self.runtime.extensions),
             mount_options=ring_mount_options(hosts, port, local_dc=local_dc, username=username,
                                              password_file=str(password_file) if password_file else None),
             tuned=tuned)
         (self.state_dir / "conf" / "alluxio-site.properties").write_text(render_properties(properties))
-        (self.state_dir / "conf" / "log4j.properties").write_text(LOG4J)
+        (self.state_dir / "conf" / "log4j.properties").write_text(LOG4J_FILE)
         self._settings_file.write_text(json.dumps(dataclasses.asdict(settings)))
         if not any((self.state_dir / "journal").iterdir()):
             progress("formatting the master's journal")
-            self._run_java(java, "alluxio.cli.Format", "master", heap="256m", logger="Format")
+            self.runtime.format_journal(java, home=self.state_dir, conf_dir=self.state_dir / "conf",
+                                        logs_dir=self.state_dir / "logs")
         deadline = time.monotonic() + timeout_s
-        for name, main_class, heap in (("master", "alluxio.master.AlluxioMaster", settings.master_heap),
-                                       ("worker", "alluxio.worker.AlluxioWorker", settings.worker_heap)):
+        for name, heap in (("master", settings.master_heap), ("worker", settings.worker_heap)):
             if self._running_pid(name) is None:
                 progress(f"starting the Alluxio {name}")
-                self._wait_ready(name, self._start(java, name, main_class, heap=heap), deadline)
+                self._wait_ready(name, self._start(java, name, heap=heap), deadline)
         if not self.mounted(mount):
             progress(f"mounting the tree at {mount}")
             mount.mkdir(parents=True, exist_ok=True)
-            fuse = self._start(java, "fuse", "alluxio.fuse.AlluxioFuse", "-m", str(mount), "-a", "/",
-                               *fuse_options(tuned), heap=settings.fuse_heap,
-                               extra=["-Dalluxio.fuse.jnifuse.libfuse.version=3"])
+            fuse = self._start(java, "fuse", "-m", str(mount), "-a", "/", *fuse_options(tuned),
+                               heap=settings.fuse_heap)
             while not self.mounted(mount):
                 if fuse.poll() is not None:
                     raise RingfeedError(f"Alluxio FUSE exited while mounting {mount}; see {self._log('fuse')}")
@@ -191,43 +157,23 @@ class LocalCache:
     def web_address(self, name: str) -> str:
         """host:port of a process's web server (its Prometheus metrics under /metrics/prometheus/)."""
         host = (self.settings or CacheSettings(mount="")).host
-        return f"{host}:{19999 if name == 'master' else 30000}"
+        return f"{host}:{WEB_PORTS[name]}"
 
     # -- processes ---------------------------------------------------------------------------------------------
 
     def _log(self, name: str) -> Path:
         return self.state_dir / "logs" / f"{name}.out"
 
-    def _java_command(self, java: str, main_class: str, *args: str, heap: str, logger: str,
-                      extra: list[str] | None = None) -> list[str]:
-        conf = self.state_dir / "conf"
-        return [java, *jvm_flags(heap, cpu_count()), *(extra or []),
-                f"-Dalluxio.home={self.state_dir}", f"-Dalluxio.conf.dir={conf}",
-                f"-Dalluxio.logs.dir={self.state_dir / 'logs'}", f"-Dalluxio.logger.type={logger}",
-                f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
-                "-cp", f"{self.runtime / 'lib'}/*", main_class, *args]
+    def _java_command(self, java: str, role: str, *args: str, heap: str) -> list[str]:
+        return self.runtime.java_command(java, role, *args, home=self.state_dir, conf_dir=self.state_dir / "conf",
+                                         logs_dir=self.state_dir / "logs", heap=heap)
 
-    def _environment(self) -> dict[str, str]:
-        environment = dict(os.environ)
-        libfuse = str(self._libfuse_dir())
-        environment["LD_LIBRARY_PATH"] = libfuse + (":" + environment["LD_LIBRARY_PATH"]
-                                                    if environment.get("LD_LIBRARY_PATH") else "")
-        return environment
-
-    def _run_java(self, java: str, main_class: str, *args: str, heap: str, logger: str) -> None:
-        proc = subprocess.run(self._java_command(java, main_class, *args, heap=heap, logger=logger),
-                              capture_output=True, text=True, env=self._environment())
-        if proc.returncode != 0:
-            raise RingfeedError(f"{main_class} failed: " + " | ".join((proc.stdout + proc.stderr).splitlines()[-3:]))
-
-    def _start(self, java: str, name: str, main_class: str, *args: str, heap: str,
-               extra: list[str] | None = None) -> subprocess.Popen:
+    def _start(self, java: str, name: str, *args: str, heap: str) -> subprocess.Popen:
         log = open(self._log(name), "ab")
-        logger = LOGGERS[name]
         # A new session: the tier outlives the command that started it.
-        proc = subprocess.Popen(self._java_command(java, main_class, *args, heap=heap, logger=logger, extra=extra),
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=self._environment())
+        proc = subprocess.Popen(self._java_command(java, name, *args, heap=heap), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=self.runtime.environment())
         log.close()
         (self.state_dir / f"{name}.pid").write_text(str(proc.pid))
         return proc

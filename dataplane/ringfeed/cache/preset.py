@@ -96,18 +96,37 @@ def ring_mount_options(hosts: list[str], port: int, *, local_dc: str | None = No
     return options
 
 
-def site_properties(*, host: str, journal_dir: str, memory_dir: str, memory_bytes: int, extensions_dir: str,
-                    mount_options: dict[str, str], tuned: bool = True) -> dict[str, str]:
-    """alluxio-site.properties of one master + one worker on `host`, the ring mounted as Alluxio's root; with the
-    tuned preset, or (``tuned=False``) Alluxio's defaults."""
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where the tier's processes find each other. On one machine every name is the tier's loopback address and
+    every socket binds there only (Alluxio binds to all addresses by default). On Kubernetes the master is its
+    Service's name, a worker or a FUSE client is its Pod IP, sockets bind to the Pod's addresses, and ``node`` (the
+    node's name) tells a FUSE client which worker is local to it (Alluxio's locality, LocalFirst policies)."""
+
+    master: str
+    hostname: str
+    bind: str
+    node: str | None = None
+
+    @classmethod
+    def local(cls, host: str) -> Placement:
+        return cls(master=host, hostname=host, bind=host)
+
+
+BIND_HOSTS = ("master", "master.web", "worker", "worker.web", "worker.data", "fuse.web", "job.master",
+              "job.master.web", "job.worker", "job.worker.web", "proxy.web")
+
+
+def site_properties(*, placement: Placement, journal_dir: str, memory_dir: str, memory_bytes: int,
+                    extensions_dir: str, mount_options: dict[str, str], tuned: bool = True) -> dict[str, str]:
+    """alluxio-site.properties of the tier's master, workers and FUSE clients, the ring mounted as Alluxio's root;
+    with the tuned preset, or (``tuned=False``) Alluxio's defaults."""
     properties = {
-        "alluxio.master.hostname": host,
-        "alluxio.worker.hostname": host,
-        "alluxio.user.hostname": host,
-        # Every server socket on `host` only (Alluxio binds to all addresses by default).
-        **{f"alluxio.{server}.bind.host": host for server in (
-            "master", "master.web", "worker", "worker.web", "worker.data", "fuse.web", "job.master", "job.master.web",
-            "job.worker", "job.worker.web", "proxy.web")},
+        "alluxio.master.hostname": placement.master,
+        "alluxio.worker.hostname": placement.hostname,
+        "alluxio.user.hostname": placement.hostname,
+        **{f"alluxio.{server}.bind.host": placement.bind for server in BIND_HOSTS},
+        **({"alluxio.locality.node": placement.node} if placement.node else {}),
         "alluxio.master.journal.type": "UFS",
         "alluxio.master.journal.folder": journal_dir,
         "alluxio.master.metastore": "HEAP",
@@ -131,10 +150,11 @@ def site_properties(*, host: str, journal_dir: str, memory_dir: str, memory_byte
 FUSE_KERNEL_OPTIONS = ("kernel_cache", "attr_timeout=7200", "entry_timeout=7200")
 
 
-def fuse_options(tuned: bool = True) -> list[str]:
+def fuse_options(tuned: bool = True, allow_other: bool = False) -> list[str]:
     """libfuse mount options of AlluxioFuse: read-only; with the preset, more idle worker threads and the kernel's
-    caches kept."""
-    options = ["ro"]
+    caches kept; ``allow_other`` where the mount is made by root for other users (trainer containers on
+    Kubernetes)."""
+    options = ["ro", *(["allow_other"] if allow_other else [])]
     if tuned:
         options += [f"max_idle_threads={FUSE_MAX_IDLE_THREADS}", *FUSE_KERNEL_OPTIONS]
     return [argument for option in options for argument in ("-o", option)]

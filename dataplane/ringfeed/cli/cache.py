@@ -71,6 +71,53 @@ def cache_up(ctx, mount, memory, address):
     console.print(f"splits under [bold]{mount}[/]/<dataset>/<split>/<part>/ · stop with [bold]ringfeed cache down[/]")
 
 
+@cache.command("serve")
+@click.argument("role", type=click.Choice(["master", "worker", "fuse"]))
+@click.option("--master-host", required=True, help="The master's name (on Kubernetes: its Service).")
+@click.option("--hostname", default=None,
+              help="This process's address, as the others reach it (on Kubernetes: the Pod IP). Default: "
+                   "--master-host.")
+@click.option("--node", default=None, help="The node's name: a FUSE client reads through the worker of its node.")
+@click.option("--bind", default="0.0.0.0", show_default=True, help="Address every server socket binds to.")
+@click.option("--serve-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("/var/lib/ringfeed-cache"),
+              show_default=True, help="Configuration, journal and logs (a Pod's emptyDir).")
+@click.option("--heap", default="1g", show_default=True, help="The JVM's -Xmx.")
+@click.option("--memory", default="1GiB", show_default=True, help="worker: the memory tier's size.")
+@click.option("--memory-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="worker: the memory tier's directory (a memory emptyDir). Default: SERVE_DIR/memory.")
+@click.option("--mount", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="fuse: where the tree is mounted.")
+@click.option("--root", default="/", show_default=True,
+              help="fuse: the tree's folder mounted there (/<dataset>: one dataset's splits).")
+@click.option("--tuned/--alluxio-defaults", default=True, show_default=True,
+              help="The tuned preset (docs/cache.md), or Alluxio's defaults.")
+@click.pass_context
+def cache_serve(ctx, role, master_host, hostname, node, bind, serve_dir, heap, memory, memory_dir, mount, root, tuned):
+    """Run one process of the tier in the foreground (a container's command): ROLE is master, worker or fuse.
+
+    The master and the workers read the ring given by --hosts (or RINGFEED_HOSTS) with its credentials; the
+    FUSE process reads through the workers only. The operator starts these in the cache tier's Pods.
+
+    \b
+      ringfeed cache serve master --master-host demo-cache-master.ml.svc
+      ringfeed cache serve worker --master-host demo-cache-master.ml.svc --hostname $POD_IP --node $NODE_NAME
+      ringfeed cache serve fuse --master-host demo-cache-master.ml.svc --hostname $POD_IP --node $NODE_NAME \\
+          --mount /var/lib/ringfeed/cache/ml/demo/mnt --root /demo
+    """
+    from ringfeed.cache.preset import Placement
+    from ringfeed.cache.serve import RingLogin, ServeSettings, serve
+
+    ring = ctx.obj
+    if ring.tls_ca_file:
+        raise RingfeedError("the cache tier reaches the ring without TLS for now: give a ring without --tls-ca-file")
+    placement = Placement(master=master_host, hostname=hostname or master_host, bind=bind, node=node)
+    settings = ServeSettings(role=role, placement=placement, state_dir=serve_dir, heap=heap, tuned=tuned,
+                             memory_bytes=parse_bytes(memory), memory_dir=memory_dir, mount=mount, root=root)
+    login = None if role == "fuse" else RingLogin(tuple(ring.hosts), ring.port, ring.local_dc, ring.username,
+                                                   ring.password)
+    serve(settings, login)
+
+
 @cache.command("status")
 @JSON_OPTION
 @click.pass_context

@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from ringfeed.cache import LocalCache
-from ringfeed.cache.local import runtime_dir
+from ringfeed.cache.runtime import runtime_dir
 from ringfeed.ids import sample_uuid
 from ringfeed.ingest import ingest
 from ringfeed.schema import Column, DatasetSchema, Encoding

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -10,18 +11,22 @@ from ringfeed.cache.preset import (
     REQUIRED,
     TUNED_PRESET,
     UFS_ROOT,
+    Placement,
     cpu_count,
     fuse_options,
     jvm_flags,
     ring_mount_options,
     site_properties,
 )
+from ringfeed.cache.runtime import AlluxioRuntime
+from ringfeed.cache.serve import RingLogin, ServeSettings, command
+from ringfeed.cache.serve import properties as serve_properties
 
 
 def properties(tuned: bool = True) -> dict[str, str]:
-    return site_properties(host="127.0.40.1", journal_dir="/j", memory_dir="/dev/shm/x", memory_bytes=1 << 30,
-                           extensions_dir="/ext", mount_options={"ringfeed.contact-points": "10.0.0.1:9042"},
-                           tuned=tuned)
+    return site_properties(placement=Placement.local("127.0.40.1"), journal_dir="/j", memory_dir="/dev/shm/x",
+                           memory_bytes=1 << 30, extensions_dir="/ext",
+                           mount_options={"ringfeed.contact-points": "10.0.0.1:9042"}, tuned=tuned)
 
 
 def test_the_ring_is_alluxios_read_only_root_with_its_mount_options():
@@ -85,3 +90,45 @@ def test_docs_explain_every_setting_of_the_preset():
     page = (Path(__file__).resolve().parents[3] / "docs" / "cache.md").read_text()
     for setting in (*TUNED_PRESET, *REQUIRED):
         assert f"`{setting.key}" in page, f"docs/cache.md does not explain {setting.key}"
+
+
+# -- one process per container (ringfeed cache serve): what the operator's Pods run ------------------------------
+
+POD = Placement(master="demo-cache-master.ml.svc", hostname="10.244.0.7", bind="0.0.0.0", node="node-a")
+RING = RingLogin(("10.0.0.1", "10.0.0.2"), 9042, "dc1", "reader", "s3cret")
+
+
+def test_on_kubernetes_the_master_is_its_service_and_each_pod_its_own_address():
+    site = serve_properties(ServeSettings(role="worker", placement=POD, memory_bytes=1 << 28), AlluxioRuntime(
+        Path("/opt/alluxio")), RING)
+    assert site["alluxio.master.hostname"] == "demo-cache-master.ml.svc"
+    assert site["alluxio.worker.hostname"] == site["alluxio.user.hostname"] == "10.244.0.7"
+    assert site["alluxio.locality.node"] == "node-a"  # a FUSE client on node-a reads through node-a's worker
+    assert {value for key, value in site.items() if key.endswith(".bind.host")} == {"0.0.0.0"}
+    assert site["alluxio.worker.tieredstore.level0.dirs.quota"] == str(1 << 28)
+    assert site["alluxio.extensions.dir"] == "/opt/alluxio/extensions"
+
+
+def test_master_and_workers_name_the_same_password_file_and_never_the_password():
+    runtime = AlluxioRuntime(Path("/opt/alluxio"))
+    master = serve_properties(ServeSettings(role="master", placement=POD), runtime, RING)
+    worker = serve_properties(ServeSettings(role="worker", placement=POD), runtime, RING)
+    key = "alluxio.master.mount.table.root.option.ringfeed.password-file"
+    assert master[key] == worker[key] == "/var/lib/ringfeed-cache/conf/ring-password"
+    assert master["alluxio.master.mount.table.root.option.ringfeed.contact-points"] == "10.0.0.1:9042,10.0.0.2:9042"
+    assert not any("s3cret" in value for value in master.values())
+    fuse = serve_properties(ServeSettings(role="fuse", placement=POD), runtime, None)
+    assert not any("ringfeed.username" in key for key in fuse)
+
+
+def test_the_fuse_process_mounts_one_datasets_tree_for_other_users_with_the_preset():
+    settings = ServeSettings(role="fuse", placement=POD, mount=Path("/cache/ml/demo/mnt"), root="/demo", heap="512m")
+    argv = command(settings, AlluxioRuntime(Path("/opt/alluxio")), "/usr/bin/java")
+    assert argv[0] == "/usr/bin/java" and "-Xmx512m" in argv
+    assert "-Dalluxio.fuse.jnifuse.libfuse.version=3" in argv
+    main = argv.index("alluxio.fuse.AlluxioFuse")
+    assert argv[main + 1:main + 5] == ["-m", "/cache/ml/demo/mnt", "-a", "/demo"]
+    options = argv[main + 5:][1::2]
+    assert options[:2] == ["ro", "allow_other"] and "max_idle_threads=64" in options
+    master = command(ServeSettings(role="master", placement=POD), AlluxioRuntime(Path("/opt/alluxio")), "java")
+    assert master[-1] == "alluxio.master.AlluxioMaster" and "-cp" in master

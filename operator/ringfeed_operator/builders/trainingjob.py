@@ -13,10 +13,11 @@ import json
 from typing import Any
 
 from ringfeed_client.protocol import FEED_DIR_ENV, TRAININGJOB_ENV
+from ringfeed_operator.builders.cache import cache_spec, host_dir, part_path
 from ringfeed_operator.builders.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, owner_reference
 from ringfeed_operator.builders.meta import scrape_annotations
 from ringfeed_operator.builders.ring import ring_env, ring_volumes
-from ringfeed_operator.config import JobsConfig
+from ringfeed_operator.config import CacheConfig, JobsConfig
 
 LABEL_TRAININGJOB = "ringfeed.io/trainingjob"
 SIDECAR = "ringfeed-loader"
@@ -32,6 +33,11 @@ POSITIONS_VOLUME = "ringfeed-positions"
 POSITIONS_DIR = "/etc/ringfeed/positions"
 # The sidecar holds the prefetched batches (prefetch + 1 slots) in the feed directory's memory, which counts
 # against the Pod's memory; the chart's `jobs.resources.sidecar` sets the default.
+# access: posix — the Dataset's cache tier mounted read-only; the part's folder and the epochs in the environment.
+CACHE_VOLUME = "ringfeed-cache"
+CACHE_DIR = "/var/run/ringfeed/cache"
+DATA_DIR_ENV = "RINGFEED_DATA_DIR"
+EPOCHS_ENV = "RINGFEED_EPOCHS"
 DEFAULT_BACKOFF_LIMIT = 6  # a Job's own default
 DEFAULT_RESTART_POLICY = "OnFailure"  # a killed trainer restarts in place: the feed directory and position stay
 
@@ -77,19 +83,15 @@ def rendezvous_service(trainingjob: dict) -> dict:
 
 
 def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int, config: JobsConfig,
-             ranks: list[dict] | None = None) -> dict:
-    """The Indexed Job of the ranks: the user's Pod template with the sidecar and the rank environment added; each
-    rank's sidecar starts from its position in `ranks` (status.ranks kept over a suspension) when there is one."""
+             cache: CacheConfig, ranks: list[dict] | None = None) -> dict:
+    """The Indexed Job of the ranks: the user's Pod template with the rank environment and, by spec.access, the
+    loader sidecar (each rank's sidecar starts from its position in `ranks`, status.ranks kept over a suspension) or
+    the Dataset's cache tier mounted read-only."""
     spec, name = trainingjob["spec"], trainingjob["metadata"]["name"]
     replicas = spec.get("replicas", 1)
-    storage = dataset["spec"]["storage"]
     template = copy.deepcopy(spec["template"])
     metadata = template.setdefault("metadata", {})
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels_of(name)}
-    metadata["annotations"] = {**scrape_annotations(SIDECAR_PORT), **(metadata.get("annotations") or {})}
-    if positions := {str(item["rank"]): item["position"] for item in ranks or () if item.get("position")}:
-        metadata["annotations"] = {**metadata["annotations"],
-                                   POSITIONS_ANNOTATION: json.dumps(positions, separators=(",", ":"), sort_keys=True)}
     pod = template["spec"]
     pod.setdefault("restartPolicy", DEFAULT_RESTART_POLICY)
     pod.setdefault("automountServiceAccountToken", False)  # the trainer never needs the API unless it says so
@@ -100,8 +102,31 @@ def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int,
         {"name": "LOCAL_RANK", "value": "0"},
         {"name": "MASTER_ADDR", "value": f"{name}-0.{name}"},
         {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
-        {"name": FEED_DIR_ENV, "value": FEED_DIR},
     ]
+    if spec.get("access", "sidecar") == "posix":
+        _mount_cache(pod, dataset, spec, rank_env, cache)
+    else:
+        _inject_sidecar(pod, metadata, spec, dataset, catalog, split_version, rank_env, config, ranks)
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed", "completions": replicas, "parallelism": replicas,
+        "backoffLimit": spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT), "suspend": bool(spec.get("suspend", False)),
+        "template": template,
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": labels_of(name), "ownerReferences": [owner_reference(trainingjob)]},
+        "spec": job_spec,
+    }
+
+
+def _inject_sidecar(pod: dict, metadata: dict, spec: dict, dataset: dict, catalog: str, split_version: int,
+                    rank_env: list[dict], config: JobsConfig, ranks: list[dict] | None) -> None:
+    storage = dataset["spec"]["storage"]
+    metadata["annotations"] = {**scrape_annotations(SIDECAR_PORT), **(metadata.get("annotations") or {})}
+    if positions := {str(item["rank"]): item["position"] for item in ranks or () if item.get("position")}:
+        metadata["annotations"] = {**metadata["annotations"],
+                                   POSITIONS_ANNOTATION: json.dumps(positions, separators=(",", ":"), sort_keys=True)}
+    rank_env = [*rank_env, {"name": FEED_DIR_ENV, "value": FEED_DIR}]
     feed_mount = {"name": FEED_VOLUME, "mountPath": FEED_DIR}
     for container in pod["containers"]:
         container["env"] = [*rank_env, *(container.get("env") or [])]
@@ -115,16 +140,23 @@ def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int,
         {"path": "positions", "fieldRef": {"fieldPath": f"metadata.annotations['{POSITIONS_ANNOTATION}']"}}]}}
     pod["volumes"] = [*(pod.get("volumes") or []), {"name": FEED_VOLUME, "emptyDir": {"medium": "Memory"}},
                       positions, *tls_volumes]
-    job_spec: dict[str, Any] = {
-        "completionMode": "Indexed", "completions": replicas, "parallelism": replicas,
-        "backoffLimit": spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT), "suspend": bool(spec.get("suspend", False)),
-        "template": template,
-    }
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": labels_of(name), "ownerReferences": [owner_reference(trainingjob)]},
-        "spec": job_spec,
-    }
+
+
+def _mount_cache(pod: dict, dataset: dict, spec: dict, rank_env: list[dict], cache: CacheConfig) -> None:
+    """access: posix — the node's directory of the Dataset's FUSE mount, read-only. HostToContainer: a FUSE
+    process that restarts mounts again underneath, and the trainer sees the new mount. No credentials at all."""
+    meta = dataset["metadata"]
+    data_dir = f"{CACHE_DIR}/{part_path(spec['split']['name'], spec['split'].get('part', 'train'))}"
+    env = [*rank_env, {"name": DATA_DIR_ENV, "value": data_dir},
+           {"name": EPOCHS_ENV, "value": str(spec.get("epochs", 1))}]
+    mount = {"name": CACHE_VOLUME, "mountPath": CACHE_DIR, "readOnly": True, "mountPropagation": "HostToContainer"}
+    for container in pod["containers"]:
+        container["env"] = [*env, *(container.get("env") or [])]
+        container["volumeMounts"] = [*(container.get("volumeMounts") or []), mount]
+    pod["volumes"] = [*(pod.get("volumes") or []), {"name": CACHE_VOLUME, "hostPath": {
+        "path": str(host_dir(cache, meta["namespace"], meta["name"])), "type": "Directory"}}]
+    if selector := (cache_spec(dataset) or {}).get("nodeSelector"):  # where the mounts are
+        pod["nodeSelector"] = {**selector, **(pod.get("nodeSelector") or {})}
 
 
 def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, rank_env: list[dict], mounts: list[dict],

@@ -16,6 +16,14 @@ import kopf
 from ringfeed.errors import DatasetNotFound, RingfeedError, StorageNotSupported
 from ringfeed.ring import CredentialsSecret, RingSecrets, ring_errors
 from ringfeed.store import Store
+from ringfeed_operator.builders.cache import (
+    CACHE_OBJECTS,
+    cache_objects,
+    cache_spec,
+    cache_status,
+    host_dir,
+    object_name,
+)
 from ringfeed_operator.builders.dataset import (
     catalog_name,
     dataset_schema,
@@ -105,6 +113,7 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         _grant_read(namespace, reader, schema.keyspace, store, memo, patch, conditions, generation)
     if spec.get("ingest"):
         _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch, conditions)
+    _ensure_cache(name, namespace, status, body, schema.name, memo, patch)
     _observe(name, namespace, spec, {**status, **patch.status}, meta, body, store, memo, patch, conditions,
              len(splits_by_dataset.get((namespace, name), ())), force_refresh=True)
 
@@ -145,6 +154,42 @@ def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo
         patch.status["ingest"] = {"jobName": wanted, "generation": meta["generation"], "startedAt": now_rfc3339(),
                                   "completedAt": None, "failedAt": None, "ingested": None, "rejected": None,
                                   "rowsPerSecond": None}
+
+
+def _ensure_cache(name: str, namespace: str, status: dict, body: dict, catalog: str, memo: Context,
+                  patch: kopf.Patch) -> None:
+    """The cache tier of spec.cache.alluxio applied as built (a changed spec rolls its Pods); gone without it."""
+    if cache_spec(body) is None:
+        removed = [memo.kube.delete_applied(namespace, kind, object_name(name, role)) for kind, role in CACHE_OBJECTS]
+        if any(removed):
+            event(body, "CacheRemoved", "spec.cache.alluxio was removed: the cache tier's master, workers and FUSE "
+                                        "mounts are deleted (the ring keeps the data)")
+        patch.status["cache"] = None
+        return
+    for manifest in cache_objects(body, catalog, memo.config.cache):
+        memo.kube.apply(namespace, manifest)
+    if not status.get("cache"):
+        event(body, "CacheStarting", f"Alluxio master, a worker and a FUSE mount per node; splits under "
+                                     f"{host_dir(memo.config.cache, namespace, name)}/mnt on the nodes")
+
+
+def _observe_cache(name: str, namespace: str, status: dict, body: dict, memo: Context, patch: kopf.Patch,
+                   conditions: Conditions) -> None:
+    """status.cache and the CacheReady condition from the tier's objects as they are now."""
+    if cache_spec(body) is None:
+        conditions.remove("CacheReady")
+        return
+    objects = {role: memo.kube.read_applied(namespace, kind, object_name(name, role))
+               for kind, role in CACHE_OBJECTS if kind != "Service"}
+    cache = cache_status(objects["master"], objects["worker"], objects["fuse"],
+                         host_dir(memo.config.cache, namespace, name))
+    patch.status["cache"] = cache
+    message = (f"master {'ready' if cache['masterReady'] else 'starting'}, workers {cache['workers']} ready, "
+               f"FUSE mounts {cache['mounts']} ready at {cache['hostPath']}")
+    was_ready = conditions.is_true("CacheReady")
+    conditions.set("CacheReady", cache["ready"], "Ready" if cache["ready"] else "Starting", message)
+    if cache["ready"] and not was_ready:
+        event(body, "CacheReady", message)
 
 
 def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
@@ -214,6 +259,7 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
             event(body, "IngestSucceeded", f"Job {job}: {patch.status['ingest'].get('ingested') or 0:,} samples "
                                            "written")
 
+    _observe_cache(name, namespace, status, body, memo, patch, conditions)
     patch.status["splits"] = splits
     patch.status["conditions"] = conditions.as_list()
     patch.status["observedGeneration"] = meta["generation"]

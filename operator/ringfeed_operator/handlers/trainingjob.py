@@ -9,6 +9,7 @@ from typing import Any
 
 import kopf
 
+from ringfeed_operator.builders.cache import cache_spec
 from ringfeed_operator.builders.dataset import catalog_name
 from ringfeed_operator.builders.trainingjob import (
     LABEL_TRAININGJOB,
@@ -59,8 +60,10 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     if dataset is None:
         give_up(patch, conditions, generation, "DatasetNotFound", f"Dataset {dataset_name} of Split {split_name} "
                 "does not exist", permanent=False, delay=10)
+    if spec.get("access", "sidecar") == "posix":
+        _require_cache(dataset, patch, conditions, generation)
     job = rank_job(body, dataset, catalog_name(dataset_name, dataset["spec"]), computed["version"], memo.config.jobs,
-                   status.get("ranks"))
+                   memo.config.cache, status.get("ranks"))
     memo.kube.ensure_service(namespace, rendezvous_service(body))
     try:
         existing, created = memo.kube.ensure_job(namespace, job)
@@ -90,6 +93,20 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     patch.status["observedGeneration"] = generation
 
 
+def _require_cache(dataset: dict, patch: kopf.Patch, conditions: Conditions, generation: int) -> None:
+    """access: posix reads the Dataset's cache tier: it must have one, serving on every node."""
+    name = dataset["metadata"]["name"]
+    if cache_spec(dataset) is None:
+        give_up(patch, conditions, generation, "NoCacheTier", f"access posix reads files from the cache tier of "
+                f"Dataset {name}, which has none: add spec.cache.alluxio to it, or use access sidecar",
+                permanent=False, delay=15)
+    cache = (dataset.get("status") or {}).get("cache") or {}
+    if not cache.get("ready"):
+        give_up(patch, conditions, generation, "CacheNotReady", f"waiting for the cache tier of Dataset {name} "
+                f"(workers {cache.get('workers', '?')}, FUSE mounts {cache.get('mounts', '?')} ready)",
+                permanent=False, delay=10)
+
+
 def _suspend(name: str, namespace: str, status: dict, body: dict, memo: Context, patch: kopf.Patch) -> None:
     """Stop the sidecars handing out batches, keep their final positions, then stop the Pods."""
     pods = memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}")
@@ -114,8 +131,9 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     pods = memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}")
     live = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
     ready = [p for p in live if pod_ready(p)]
-    reports = {rank: report for pod in live
-               if (rank := rank_of(pod)) is not None and (report := feed_status(pod)) is not None}
+    sidecars = spec.get("access", "sidecar") == "sidecar"  # posix: the trainers read files, nothing reports
+    reports = {rank: report for pod in live if sidecars
+               and (rank := rank_of(pod)) is not None and (report := feed_status(pod)) is not None}
     ranks = rank_progress(status.get("ranks") or [], reports)
     figures = summary(ranks, replicas, epochs)
     now = now_rfc3339()

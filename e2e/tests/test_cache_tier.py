@@ -1,0 +1,154 @@
+"""A Dataset's Alluxio cache tier on the real local cluster (spec.cache.alluxio): the operator's master, worker and
+FUSE DaemonSet from the project's image, the split as a directory tree on the node, a TrainingJob with
+``access: posix`` training 2 epochs with torchvision's ImageFolder over the mount (every file of the part read once
+per epoch across 2 ranks, byte-identical with the ring), Alluxio's metrics scraped by Prometheus, and the tier gone
+with spec.cache.
+
+The chart, the ring (a Cassandra node outside the cluster) and the samples are conftest's module fixtures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ringfeed.splits import load_split
+from test_trainingjob import CUDA_LIBRARIES, trained_by_rank, wait_phase
+
+from kubecluster import CACHE_HOST_DIR, GROUP, VERSION, Cluster
+from test_operator import condition, create, dataset_manifest, events, get, wait_ready
+
+DATASET, SPLIT = "cached-slides", "cached-by-patient"
+CATALOG = DATASET.replace("-", "_")
+PASSWORD = "cache-e2e-password-7a2d"  # reaches the master and the workers only
+CLASSES = ["normal", "tumor"]
+RING_BYTES_METRIC = "Cluster_BytesReadUfsAll"  # Alluxio's count of bytes its workers read from the under-storage
+
+
+@pytest.fixture(scope="module")
+def split(cluster: Cluster, ns: str, ring, store, source) -> dict:
+    cluster.kubectl("create", "secret", "generic", "ring-credentials", "-n", ns, "--from-literal=username=cassandra",
+                    f"--from-literal=password={PASSWORD}")
+    manifest = dataset_manifest(DATASET, ring, source, cache={"alluxio": {"memory": "256Mi"}})
+    create(cluster, ns, "datasets", manifest)
+    wait_ready(cluster, ns, "datasets", DATASET)
+    create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": SPLIT},
+                                   "spec": {"dataset": DATASET, "ratios": [3, 1], "names": ["train", "val"],
+                                            "groupBy": ["patient_id"], "seed": 5}})
+    return wait_ready(cluster, ns, "splits", SPLIT)
+
+
+def wait_cache_ready(cluster: Cluster, ns: str) -> dict:
+    def ready():
+        dataset = get(cluster, ns, "datasets", DATASET)
+        return dataset if condition(dataset, "CacheReady").get("status") == "True" else None
+    return cluster.wait(f"the cache tier of {DATASET}", ready, timeout_s=360)
+
+
+def ring_files(store, part: str) -> dict[str, str]:
+    """<class>/<uuid>.jpg → SHA-256 of the sample's bytes in the ring, for every sample of the part."""
+    files = {}
+    for raw in load_split(store, CATALOG, SPLIT).uuids(part):
+        record = store.sample(CATALOG, uuid.UUID(bytes=raw.tobytes()))
+        files[f"{CLASSES[record.label]}/{record.uuid}.jpg"] = hashlib.sha256(record.data).hexdigest()
+    return files
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def posix_trainingjob(name: str) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
+        "spec": {
+            "split": {"name": SPLIT, "part": "train"}, "replicas": 2, "epochs": 2, "access": "posix",
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "trainer", "image": Cluster.image("trainer"), "imagePullPolicy": "Never",
+                    "volumeMounts": [{"name": "cuda-libraries", "readOnly": True,
+                                      "mountPath": "/opt/trainer/lib/python3.11/site-packages/nvidia"}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                }],
+                "volumes": [{"name": "cuda-libraries", "hostPath": {"path": str(CUDA_LIBRARIES),
+                                                                    "type": "Directory"}}],
+            }},
+        },
+    }
+
+
+def test_the_split_is_a_directory_tree_on_the_node_identical_to_the_ring(cluster: Cluster, ns: str, split: dict,
+                                                                           store):
+    dataset = wait_cache_ready(cluster, ns)
+    cache = dataset["status"]["cache"]
+    mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt"
+    assert cache["hostPath"] == str(mount) and cache["workers"] == cache["mounts"] == "1/1"
+    assert "CacheReady" in {e.reason for e in events(cluster, ns, DATASET)}
+    assert sorted(p.name for p in (mount / SPLIT).iterdir()) == ["train", "val"]
+    for part in ("train", "val"):
+        assert sorted(p.name for p in (mount / SPLIT / part).iterdir()) == CLASSES
+        assert tree(mount / SPLIT / part) == ring_files(store, part), part
+    with pytest.raises(OSError):  # read-only for everyone
+        (mount / SPLIT / "train" / "normal" / "new.jpg").write_bytes(b"x")
+    # The tier's Pods: credentials in the master and the workers only, never in the FUSE process.
+    pods = cluster.core.list_namespaced_pod(ns, label_selector=f"ringfeed.io/dataset={DATASET}").items
+    by_role = {p.metadata.labels["app.kubernetes.io/component"]: p for p in pods}
+    assert set(by_role) >= {"cache-master", "cache-worker", "cache-fuse"}
+    assert not any(e.name.startswith("RINGFEED_") for e in by_role["cache-fuse"].spec.containers[0].env or ())
+
+
+def test_a_posix_trainingjob_trains_two_epochs_with_imagefolder_reading_every_file_once(
+        cluster: Cluster, ns: str, split: dict, store, prometheus):
+    wait_cache_ready(cluster, ns)
+    create(cluster, ns, "trainingjobs", posix_trainingjob("imagefolder"))
+    done = wait_phase(cluster, ns, "imagefolder", "Succeeded", timeout_s=420)
+    assert condition(done, "Succeeded")["status"] == "True"
+    expected = ring_files(store, "train")
+    reports = trained_by_rank(cluster, ns, "imagefolder")
+    assert sorted(reports) == [0, 1]
+    for report in reports.values():
+        assert report["classes"] == CLASSES and report["world_size"] == 2
+    for epoch in ("0", "1"):
+        shards = [reports[rank]["read"][epoch] for rank in (0, 1)]
+        assert not set(shards[0]) & set(shards[1]), f"epoch {epoch}: a file went to both ranks"
+        assert {**shards[0], **shards[1]} == expected, f"epoch {epoch}: not every file once, byte for byte"
+    # No sidecar and no credential anywhere in the trainer's Pod.
+    pod = next(p for p in cluster.core.list_namespaced_pod(ns, label_selector="ringfeed.io/trainingjob=imagefolder")
+               .items)
+    assert not pod.spec.init_containers
+    assert not any(v.secret or v.projected for v in pod.spec.volumes)
+    for container in pod.spec.containers:
+        assert not any(e.value_from and e.value_from.secret_key_ref for e in container.env or ())
+        assert PASSWORD not in str(container.env)
+    # Alluxio's own metrics reach Prometheus: the master and the worker are scraped, and the worker counted the
+    # part's bytes it read from the ring.
+    def scraped(expr: str) -> float | None:
+        result = prometheus.api("query", query=expr)["result"]
+        return float(result[0]["value"][1]) if result else None
+    cluster.wait("Alluxio's master and worker scraped", lambda: scraped(
+        f'count(up{{job="alluxio", namespace="{ns}"}} == 1)') == 2, timeout_s=120)
+    ring_bytes = sum(len(store.sample(CATALOG, uuid.UUID(name.split("/")[1][:-4])).data) for name in expected)
+    read = cluster.wait("the worker's bytes read from the ring", lambda: scraped(
+        f'sum({RING_BYTES_METRIC}{{job="alluxio", namespace="{ns}"}})'), timeout_s=120)
+    assert read >= ring_bytes
+
+
+def test_removing_spec_cache_removes_the_tier_and_its_mount(cluster: Cluster, ns: str, split: dict):
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "datasets", DATASET,
+                                                  [{"op": "remove", "path": "/spec/cache"}])
+
+    def gone():
+        pods = cluster.core.list_namespaced_pod(ns, label_selector=f"ringfeed.io/dataset={DATASET},"
+                                                "app.kubernetes.io/component in (cache-master,cache-worker,cache-fuse)")
+        dataset = get(cluster, ns, "datasets", DATASET)
+        return not pods.items and not condition(dataset, "CacheReady") and not dataset["status"].get("cache")
+    cluster.wait("the cache tier to go", gone, timeout_s=180)
+    mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt"
+    with open("/proc/mounts") as mounts:
+        assert str(mount) not in {line.split()[1] for line in mounts}
+    assert "CacheRemoved" in {e.reason for e in events(cluster, ns, DATASET)}

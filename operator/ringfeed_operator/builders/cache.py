@@ -1,0 +1,243 @@
+"""A Dataset's Alluxio cache tier (spec.cache.alluxio): the master (a StatefulSet of one and its headless Service), a
+worker on every node (DaemonSet, memory tier in a memory emptyDir) and a FUSE process on every node (DaemonSet) that
+mounts the dataset's splits under a host directory, where a TrainingJob with ``access: posix`` finds them. All run
+the cache image's ``ringfeed cache serve`` with the tuned preset (ringfeed/cache/preset.py). Pure.
+
+Credentials: the ring's read-only login reaches the master and the workers (they read the ring); the FUSE process
+and the trainers never get it. The FUSE container is privileged (it mounts through /dev/fuse) and shares its mount
+with the node through Bidirectional propagation; trainers see it through HostToContainer propagation, so a FUSE
+process that restarts (and mounts again) is seen by trainers that started before."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any
+
+from ringfeed.cache.runtime import METRICS_PATH, RPC_PORTS, WEB_PORTS
+from ringfeed_operator.builders.meta import (
+    LABEL_COMPONENT,
+    LABEL_DATASET,
+    LABEL_MANAGED_BY,
+    MANAGER,
+    owner_reference,
+)
+from ringfeed_operator.builders.ring import ring_env
+from ringfeed_operator.config import CacheConfig
+
+ROLES = ("master", "worker", "fuse")
+SERVE_DIR = "/var/lib/ringfeed-cache"
+MEMORY_DIR = f"{SERVE_DIR}/memory"
+MOUNT_DIR = "/ringfeed-cache"  # the FUSE container's view of the dataset's host directory
+MOUNT_NAME = "mnt"  # the mount point inside it: the host directory itself stays a plain folder to propagate through
+DEFAULT_MEMORY = "1Gi"
+HEAPS = {"master": "1g", "worker": "1g", "fuse": "512m"}
+HEAP_BYTES = {"master": 1 << 30, "worker": 1 << 30, "fuse": 512 << 20}
+JVM_OVERHEAD = 512 << 20  # metaspace, threads, direct buffers of one Alluxio JVM beyond its heap
+_QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_FACTORS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity_bytes(quantity: str | int) -> int:
+    """A memory quantity as the CRD allows it (512Mi, 2Gi, 1G, bytes) in bytes."""
+    match = _QUANTITY.match(str(quantity))
+    if not match:
+        raise ValueError(f"{quantity!r} is not a memory size (e.g. 512Mi, 2Gi)")
+    return int(match[1]) * _FACTORS[match[2]]
+
+
+def cache_spec(dataset: dict) -> dict | None:
+    """spec.cache.alluxio, or None when the Dataset has no cache tier."""
+    return ((dataset.get("spec") or {}).get("cache") or {}).get("alluxio")
+
+
+def object_name(dataset: str, role: str) -> str:
+    tail = f"-cache-{role}"
+    return dataset[: 63 - len(tail)].rstrip("-.") + tail
+
+
+def master_address(dataset: str, namespace: str) -> str:
+    """The master's DNS name: its headless Service, which resolves to the master Pod."""
+    return f"{object_name(dataset, 'master')}.{namespace}.svc"
+
+
+def host_dir(config: CacheConfig, namespace: str, dataset: str) -> PurePosixPath:
+    """The node's directory of a dataset's mount (its mount point is ``<host_dir>/mnt``)."""
+    return PurePosixPath(config.host_dir) / namespace / dataset
+
+
+def part_path(split: str, part: str) -> PurePosixPath:
+    """A split part's folder under the mount point (the extension's tree below /<dataset>)."""
+    return PurePosixPath(MOUNT_NAME) / split / part
+
+
+def labels(dataset: str, role: str) -> dict[str, str]:
+    return {LABEL_DATASET: dataset, LABEL_COMPONENT: f"cache-{role}", LABEL_MANAGED_BY: MANAGER}
+
+
+def _selector(dataset: str, role: str) -> dict[str, str]:
+    return {LABEL_DATASET: dataset, LABEL_COMPONENT: f"cache-{role}"}
+
+
+def _metadata(dataset: dict, role: str) -> dict:
+    name = dataset["metadata"]["name"]
+    return {"name": object_name(name, role), "labels": labels(name, role),
+            "ownerReferences": [owner_reference(dataset)]}
+
+
+def _pod_metadata(name: str, role: str) -> dict:
+    metadata: dict[str, Any] = {"labels": labels(name, role)}
+    if role in ("master", "worker"):  # Alluxio's own Prometheus endpoint
+        metadata["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": str(WEB_PORTS[role]),
+                                   "prometheus.io/path": METRICS_PATH}
+    return metadata
+
+
+def _container(dataset: dict, role: str, config: CacheConfig, args: list[str], **fields) -> dict:
+    spec = cache_spec(dataset) or {}
+    name = dataset["metadata"]["name"]
+    return {
+        "name": role, "image": spec.get("image") or config.image, "imagePullPolicy": config.image_pull_policy,
+        "args": [role, f"--master-host={master_address(name, dataset['metadata']['namespace'])}",
+                 f"--heap={HEAPS[role]}", *([] if spec.get("tuned", True) else ["--alluxio-defaults"]), *args],
+        "resources": (spec.get("resources") or {}).get(role) or _default_resources(role, spec),
+        **fields,
+    }
+
+
+def _default_resources(role: str, spec: dict) -> dict:
+    """Memory for the heap and the JVM's overhead, and for the worker its memory tier too (a memory emptyDir's pages
+    count against the container that writes them)."""
+    memory = HEAP_BYTES[role] + JVM_OVERHEAD
+    if role == "worker":
+        memory += quantity_bytes(spec.get("memory", DEFAULT_MEMORY))
+    return {"requests": {"cpu": "100m", "memory": str(memory)}, "limits": {"memory": str(memory)}}
+
+
+_NON_ROOT = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+             "seccompProfile": {"type": "RuntimeDefault"}}
+_RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+_POD_ENV = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+_SCRATCH = [{"name": "serve", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
+_SCRATCH_MOUNTS = [{"name": "serve", "mountPath": SERVE_DIR}, {"name": "tmp", "mountPath": "/tmp"}]
+
+
+def master_service(dataset: dict) -> dict:
+    """Headless: the master's name resolves to its Pod, ready or not (workers register while it starts)."""
+    name = dataset["metadata"]["name"]
+    return {
+        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(dataset, "master"),
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": _selector(name, "master"),
+                 "ports": [{"name": "rpc", "port": RPC_PORTS["master"]}, {"name": "web", "port": WEB_PORTS["master"]}]},
+    }
+
+
+def master_statefulset(dataset: dict, config: CacheConfig) -> dict:
+    name = dataset["metadata"]["name"]
+    storage = dataset["spec"]["storage"]
+    container = _container(
+        dataset, "master", config, [],
+        env=ring_env(storage),
+        ports=[{"name": "rpc", "containerPort": RPC_PORTS["master"]},
+               {"name": "web", "containerPort": WEB_PORTS["master"]}],
+        readinessProbe={"tcpSocket": {"port": RPC_PORTS["master"]}, "periodSeconds": 5},
+        livenessProbe={"tcpSocket": {"port": RPC_PORTS["master"]}, "initialDelaySeconds": 120, "periodSeconds": 20},
+        volumeMounts=_SCRATCH_MOUNTS, securityContext=_RESTRICTED)
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _metadata(dataset, "master"),
+        "spec": {
+            "serviceName": object_name(name, "master"), "replicas": 1,
+            "selector": {"matchLabels": _selector(name, "master")},
+            "template": {"metadata": _pod_metadata(name, "master"), "spec": {
+                "automountServiceAccountToken": False, "securityContext": _NON_ROOT, "containers": [container],
+                "volumes": _SCRATCH, **_placement(dataset, nodes=False)}},
+        },
+    }
+
+
+def worker_daemonset(dataset: dict, config: CacheConfig) -> dict:
+    spec = cache_spec(dataset) or {}
+    memory = str(spec.get("memory", DEFAULT_MEMORY))
+    container = _container(
+        dataset, "worker", config,
+        ["--hostname=$(POD_IP)", "--node=$(NODE_NAME)", f"--memory={quantity_bytes(memory)}",
+         f"--memory-dir={MEMORY_DIR}"],
+        env=[*_POD_ENV, *ring_env(dataset["spec"]["storage"])],
+        ports=[{"name": "rpc", "containerPort": RPC_PORTS["worker"]},
+               {"name": "web", "containerPort": WEB_PORTS["worker"]}],
+        readinessProbe={"tcpSocket": {"port": RPC_PORTS["worker"]}, "periodSeconds": 5},
+        livenessProbe={"tcpSocket": {"port": RPC_PORTS["worker"]}, "initialDelaySeconds": 120, "periodSeconds": 20},
+        volumeMounts=[*_SCRATCH_MOUNTS, {"name": "memory", "mountPath": MEMORY_DIR}], securityContext=_RESTRICTED)
+    return _daemonset(dataset, "worker", container,
+                      [*_SCRATCH, {"name": "memory", "emptyDir": {"medium": "Memory", "sizeLimit": memory}}],
+                      _NON_ROOT)
+
+
+def fuse_daemonset(dataset: dict, catalog: str, config: CacheConfig) -> dict:
+    """The mount of /<catalog> (the dataset's splits) at <host dir>/mnt on every node."""
+    name, namespace = dataset["metadata"]["name"], dataset["metadata"]["namespace"]
+    mount = f"{MOUNT_DIR}/{MOUNT_NAME}"
+    container = _container(
+        dataset, "fuse", config,
+        ["--hostname=$(POD_IP)", "--node=$(NODE_NAME)", f"--mount={mount}", f"--root=/{catalog}"],
+        env=_POD_ENV,
+        # Ready once the tree is mounted; the kubelet restarts a process whose mount went away.
+        readinessProbe={"exec": {"command": ["mountpoint", "-q", mount]}, "periodSeconds": 5},
+        livenessProbe={"exec": {"command": ["mountpoint", "-q", mount]}, "initialDelaySeconds": 120,
+                       "periodSeconds": 20},
+        # The mount goes with the process, not left behind answering ENOTCONN to the trainers.
+        lifecycle={"preStop": {"exec": {"command": ["umount", "-l", mount]}}},
+        volumeMounts=[*_SCRATCH_MOUNTS, {"name": "mounts", "mountPath": MOUNT_DIR,
+                                         "mountPropagation": "Bidirectional"}],
+        securityContext={"privileged": True, "runAsUser": 0, "runAsNonRoot": False})
+    volumes = [*_SCRATCH, {"name": "mounts", "hostPath": {"path": str(host_dir(config, namespace, name)),
+                                                          "type": "DirectoryOrCreate"}}]
+    return _daemonset(dataset, "fuse", container, volumes, {"seccompProfile": {"type": "RuntimeDefault"}})
+
+
+def _daemonset(dataset: dict, role: str, container: dict, volumes: list[dict], security: dict) -> dict:
+    name = dataset["metadata"]["name"]
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _metadata(dataset, role),
+        "spec": {
+            "selector": {"matchLabels": _selector(name, role)},
+            "template": {"metadata": _pod_metadata(name, role), "spec": {
+                "automountServiceAccountToken": False, "securityContext": security,
+                "terminationGracePeriodSeconds": 30, "containers": [container], "volumes": volumes,
+                **_placement(dataset, nodes=True)}},
+        },
+    }
+
+
+def _placement(dataset: dict, nodes: bool) -> dict:
+    """spec.cache.alluxio.nodeSelector: the nodes of the workers and FUSE mounts (the master may run anywhere)."""
+    selector = (cache_spec(dataset) or {}).get("nodeSelector")
+    return {"nodeSelector": selector} if nodes and selector else {}
+
+
+# (kind, role) of every object of a cache tier, for its removal when spec.cache goes
+CACHE_OBJECTS = (("DaemonSet", "fuse"), ("DaemonSet", "worker"), ("StatefulSet", "master"), ("Service", "master"))
+
+
+def cache_objects(dataset: dict, catalog: str, config: CacheConfig) -> list[dict]:
+    """Everything the cache tier of a Dataset with spec.cache.alluxio is made of, in the order to apply."""
+    return [master_service(dataset), master_statefulset(dataset, config), worker_daemonset(dataset, config),
+            fuse_daemonset(dataset, catalog, config)]
+
+
+# -- status ------------------------------------------------------------------------------------------------------------
+
+def cache_status(master: dict | None, workers: dict | None, fuse: dict | None, mount: PurePosixPath) -> dict:
+    """status.cache from the master StatefulSet and the two DaemonSets as read now: ready when the master and every
+    scheduled worker and FUSE Pod are."""
+    def daemons(obj: dict | None) -> tuple[int, int]:
+        status = (obj or {}).get("status") or {}
+        return status.get("numberReady", 0), status.get("desiredNumberScheduled", 0)
+
+    master_ready = bool(((master or {}).get("status") or {}).get("readyReplicas"))
+    (workers_ready, workers_wanted), (fuse_ready, fuse_wanted) = daemons(workers), daemons(fuse)
+    ready = master_ready and 0 < workers_wanted == workers_ready and 0 < fuse_wanted == fuse_ready
+    return {"ready": ready, "masterReady": master_ready, "workers": f"{workers_ready}/{workers_wanted}",
+            "mounts": f"{fuse_ready}/{fuse_wanted}", "hostPath": str(mount / MOUNT_NAME)}

@@ -1,0 +1,124 @@
+"""A Dataset's cache tier (spec.cache.alluxio): the master, worker and FUSE objects the operator applies, and
+status.cache. Pure functions, checked without a cluster; the tier itself runs in e2e/tests/test_cache_tier.py."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from test_builders import DATASET
+
+from ringfeed_operator.builders.cache import (
+    cache_objects,
+    cache_status,
+    fuse_daemonset,
+    master_address,
+    master_statefulset,
+    object_name,
+    quantity_bytes,
+    worker_daemonset,
+)
+from ringfeed_operator.config import CacheConfig
+
+CACHE = CacheConfig(image="registry.example/ringfeed/alluxio:9", host_dir="/srv/ringfeed-cache")
+
+
+def cached(**alluxio) -> dict:
+    dataset = copy.deepcopy(DATASET)
+    dataset["spec"]["cache"] = {"alluxio": {"memory": "2Gi", **alluxio}}
+    return dataset
+
+
+def containers(obj: dict) -> list[dict]:
+    return obj["spec"]["template"]["spec"]["containers"]
+
+
+def args_of(obj: dict) -> dict[str, str]:
+    return dict(arg.removeprefix("--").split("=", 1) for arg in containers(obj)[0]["args"][1:] if "=" in arg)
+
+
+def env_names(obj: dict) -> set[str]:
+    return {e["name"] for e in containers(obj)[0].get("env") or ()}
+
+
+def test_every_object_is_owned_by_the_dataset_and_named_after_it():
+    objects = cache_objects(cached(), "tumour_slides", CACHE)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("Service", "tumour-slides-cache-master"), ("StatefulSet", "tumour-slides-cache-master"),
+        ("DaemonSet", "tumour-slides-cache-worker"), ("DaemonSet", "tumour-slides-cache-fuse")]
+    for obj in objects:
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == DATASET["metadata"]["uid"]
+    assert len(object_name("d" * 70, "worker")) <= 63
+
+
+def test_the_master_and_workers_read_the_ring_the_fuse_process_never_does():
+    dataset = cached()
+    master, worker, fuse = (master_statefulset(dataset, CACHE), worker_daemonset(dataset, CACHE),
+                            fuse_daemonset(dataset, "tumour_slides", CACHE))
+    assert {"RINGFEED_HOSTS", "RINGFEED_USERNAME", "RINGFEED_PASSWORD"} <= env_names(master)
+    assert {"RINGFEED_HOSTS", "RINGFEED_USERNAME", "RINGFEED_PASSWORD"} <= env_names(worker)
+    assert not any(name.startswith("RINGFEED_") for name in env_names(fuse))
+    for obj in (master, worker, fuse):
+        assert args_of(obj)["master-host"] == master_address("tumour-slides", "ml")
+        assert master_address("tumour-slides", "ml") == "tumour-slides-cache-master.ml.svc"
+        assert containers(obj)[0]["image"] == "registry.example/ringfeed/alluxio:9"
+        assert obj["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    for obj in (master, worker):  # non-root, read-only root file system
+        assert obj["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert containers(obj)[0]["securityContext"]["readOnlyRootFilesystem"] is True
+        assert obj["spec"]["template"]["metadata"]["annotations"]["prometheus.io/path"] == "/metrics/prometheus/"
+
+
+def test_the_worker_keeps_its_memory_tier_in_memory_and_its_limit_counts_it():
+    worker = worker_daemonset(cached(memory="2Gi"), CACHE)
+    assert args_of(worker)["memory"] == str(2 << 30)
+    memory = next(v for v in worker["spec"]["template"]["spec"]["volumes"] if v["name"] == "memory")
+    assert memory["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
+    limit = int(containers(worker)[0]["resources"]["limits"]["memory"])
+    assert limit > 2 << 30
+    given = {"limits": {"memory": "8Gi"}}
+    assert containers(worker_daemonset(cached(resources={"worker": given}), CACHE))[0]["resources"] == given
+    assert args_of(worker)["hostname"] == "$(POD_IP)" and args_of(worker)["node"] == "$(NODE_NAME)"
+
+
+def test_the_fuse_mount_of_one_dataset_propagates_to_the_node_under_the_host_dir():
+    fuse = fuse_daemonset(cached(nodeSelector={"gpu": "a100"}), "tumour_slides", CACHE)
+    pod = fuse["spec"]["template"]["spec"]
+    assert args_of(fuse)["root"] == "/tumour_slides" and args_of(fuse)["mount"] == "/ringfeed-cache/mnt"
+    host = next(v for v in pod["volumes"] if v["name"] == "mounts")["hostPath"]
+    assert host == {"path": "/srv/ringfeed-cache/ml/tumour-slides", "type": "DirectoryOrCreate"}
+    container = containers(fuse)[0]
+    assert next(m for m in container["volumeMounts"] if m["name"] == "mounts")["mountPropagation"] == "Bidirectional"
+    assert container["securityContext"]["privileged"] is True
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["umount", "-l", "/ringfeed-cache/mnt"]
+    assert container["readinessProbe"]["exec"]["command"] == ["mountpoint", "-q", "/ringfeed-cache/mnt"]
+    assert pod["nodeSelector"] == {"gpu": "a100"}
+
+
+def test_alluxios_defaults_on_request():
+    assert "--alluxio-defaults" not in containers(worker_daemonset(cached(), CACHE))[0]["args"]
+    assert "--alluxio-defaults" in containers(worker_daemonset(cached(tuned=False), CACHE))[0]["args"]
+
+
+@pytest.mark.parametrize(("quantity", "size"), [("512Mi", 512 << 20), ("2Gi", 2 << 30), ("1G", 10**9), ("4096", 4096)])
+def test_memory_quantities(quantity, size):
+    assert quantity_bytes(quantity) == size
+
+
+def test_memory_quantities_outside_the_crds_pattern_are_refused():
+    with pytest.raises(ValueError, match="not a memory size"):
+        quantity_bytes("1.5Gi")
+
+
+def test_status_is_ready_only_with_the_master_and_every_scheduled_worker_and_mount():
+    master = {"status": {"readyReplicas": 1}}
+    def daemons(ready, wanted):
+        return {"status": {"numberReady": ready, "desiredNumberScheduled": wanted}}
+    from pathlib import PurePosixPath
+    host = PurePosixPath("/srv/c/ml/d")
+    ready = cache_status(master, daemons(2, 2), daemons(2, 2), host)
+    assert ready == {"ready": True, "masterReady": True, "workers": "2/2", "mounts": "2/2",
+                     "hostPath": "/srv/c/ml/d/mnt"}
+    assert not cache_status(master, daemons(2, 2), daemons(1, 2), host)["ready"]
+    assert not cache_status(None, daemons(2, 2), daemons(2, 2), host)["ready"]
+    assert not cache_status(master, daemons(0, 0), daemons(0, 0), host)["ready"]  # no node to run on
