@@ -4,6 +4,8 @@
 #
 #   build.sh all      base (once), pause, wheels, every images/*/Dockerfile, the ring's images, export, import
 #   build.sh wheels   only the wheelhouses that are the Dockerfiles' build contexts (for a Docker build elsewhere)
+#   build.sh image NAME   (development) wheels and images/NAME alone, exported and imported; the next `all`
+#                     rebuilds every image
 #
 # RUN steps use chroot isolation in the host's network namespace: no bridge, no NAT rule, no netns is created.
 set -euo pipefail
@@ -201,8 +203,21 @@ all() {
     echo "images: $(du -sh --apparent-size "$cache"/*.oci.tar | awk '{printf "%s %s  ", $2, $1}')"
 }
 
+one() { # name
+    setup_buildah
+    [[ -f $here/$1/Dockerfile && $1 != cassandra-maac ]] || { echo "error: no project image $1" >&2; exit 2; }
+    timed wheels build_wheels
+    [[ $1 == trainer ]] && timed "trainer context" build_trainer_context
+    [[ $1 == alluxio ]] && timed "alluxio context" build_alluxio_context
+    timed "$1" build_image "$1"
+    timed "export $1" export_image "localhost/ringfeed/$1:$version" "$cache/$1.oci.tar"
+    rm -f "$cache/sources.key"
+    "$repo/e2e/cluster/cluster.sh" import-if-running
+}
+
 case "${1:-}" in
     all) all ;;
+    image) one "${2:?usage: build.sh image NAME}" ;;
     wheels) build_wheels ;;
-    *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

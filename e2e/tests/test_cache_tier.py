@@ -139,8 +139,8 @@ def test_a_posix_trainingjob_trains_two_epochs_with_imagefolder_reading_every_fi
 
 
 def test_removing_spec_cache_removes_the_tier_and_its_mount(cluster: Cluster, ns: str, split: dict):
-    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "datasets", DATASET,
-                                                  [{"op": "remove", "path": "/spec/cache"}])
+    cluster.kubectl("patch", "datasets", DATASET, "-n", ns, "--type=json",
+                    "--patch", '[{"op": "remove", "path": "/spec/cache"}]')
 
     def gone():
         pods = cluster.core.list_namespaced_pod(ns, label_selector=f"ringfeed.io/dataset={DATASET},"

@@ -32,6 +32,21 @@ class JobRejected(Exception):
     """The API server refused a Job the operator built from a spec (invalid, forbidden, or another owner's)."""
 
 
+class ObjectRejected(Exception):
+    """The API server refused an object the operator applies (invalid, or forbidden to the operator)."""
+
+
+REFUSALS = (400, 403, 422)
+
+
+def api_message(error: ApiException) -> str:
+    """The API server's own words for a refusal."""
+    try:
+        return (json.loads(error.body or "{}") or {}).get("message") or str(error.reason)
+    except ValueError:
+        return str(error.reason)
+
+
 def _name(obj: V1Job | V1Pod) -> str:
     """metadata.name of an object the API server returned: always set there, optional in the client's models."""
     if obj.metadata is None or obj.metadata.name is None:
@@ -97,9 +112,8 @@ class Kube:
             created = self._batch.create_namespaced_job(namespace, cast(V1Job, manifest))
             return self._api.sanitize_for_serialization(created), True
         except ApiException as error:
-            if error.status in (400, 403, 422):
-                reason = (json.loads(error.body or "{}") or {}).get("message", error.reason)
-                raise JobRejected(f"Job {name} refused by the API server: {reason}") from None
+            if error.status in REFUSALS:
+                raise JobRejected(f"Job {name} refused by the API server: {api_message(error)}") from None
             if error.status != 409:
                 raise
         job = self.read_job(namespace, name)
@@ -122,9 +136,15 @@ class Kube:
     def apply(self, namespace: str, manifest: dict) -> None:
         """Server-side apply (a Service, StatefulSet or DaemonSet of a cache tier): made, or brought back to the
         manifest when it differs; fields others own (the API server's defaults) are left alone."""
-        _, patch, _ = self._applied[manifest["kind"]]
-        patch(manifest["metadata"]["name"], namespace, manifest, field_manager=FIELD_MANAGER, force=True,
-              _content_type="application/apply-patch+yaml")
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        _, patch, _ = self._applied[kind]
+        try:
+            patch(name, namespace, manifest, field_manager=FIELD_MANAGER, force=True,
+                  _content_type="application/apply-patch+yaml")
+        except ApiException as error:
+            if error.status in REFUSALS:
+                raise ObjectRejected(f"{kind} {name} refused by the API server: {api_message(error)}") from None
+            raise
 
     def read_applied(self, namespace: str, kind: str, name: str) -> dict | None:
         read, _, _ = self._applied[kind]

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ringfeed_operator.builders.cache import labels as cache_labels
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ringfeed"
 HELM = shutil.which("helm", path=REPO / ".cache" / "k8s" / "bin") or shutil.which("helm")
@@ -111,7 +113,7 @@ def test_prometheus_operator_objects_come_only_where_its_api_is_served_with_the_
     assert not [d for d in rendered() if d["kind"] in PROMETHEUS_OPERATOR_KINDS]
     objects = rendered("monitoring.labels.release=kube-prometheus-stack", api_versions=WITH_PROMETHEUS_OPERATOR)
     kinds = sorted(d["kind"] for d in objects if d["kind"] in PROMETHEUS_OPERATOR_KINDS)
-    assert kinds == ["PodMonitor", "PodMonitor", "PodMonitor", "PrometheusRule", "ServiceMonitor"]
+    assert kinds == ["PodMonitor", "PodMonitor", "PodMonitor", "PodMonitor", "PrometheusRule", "ServiceMonitor"]
     for item in objects:
         if item["kind"] in PROMETHEUS_OPERATOR_KINDS:
             assert item["metadata"]["labels"]["release"] == "kube-prometheus-stack", item["metadata"]["name"]
@@ -120,6 +122,14 @@ def test_prometheus_operator_objects_come_only_where_its_api_is_served_with_the_
     selected = monitor["spec"]["selector"]["matchLabels"]
     assert selected.items() <= service["metadata"]["labels"].items()  # it selects the metrics Service
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    # The cache tiers' PodMonitor selects the master and worker Pods the operator makes, at their web port.
+    [tiers] = [d for d in objects if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("-cache-tiers")]
+    for role in ("master", "worker"):
+        pod_labels = cache_labels("demo", role)
+        assert all(pod_labels.get(e["key"]) in e["values"] for e in tiers["spec"]["selector"]["matchExpressions"])
+    assert tiers["spec"]["podMetricsEndpoints"][0]["port"] == "web"
+    assert not all(cache_labels("demo", "fuse").get(e["key"]) in e["values"]
+                   for e in tiers["spec"]["selector"]["matchExpressions"])
     [rule] = [d for d in objects if d["kind"] == "PrometheusRule"]
     assert rule["spec"] == RULES  # the rule file, as promtool tests it
     for name in ("serviceMonitor", "podMonitor", "prometheusRule"):

@@ -40,7 +40,7 @@ from ringfeed_operator.builders.dataset import (
 from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, job_name
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import STORE_ERRORS, event, give_up, open_store
-from ringfeed_operator.kube import JobRejected, SecretNotFound
+from ringfeed_operator.kube import JobRejected, ObjectRejected, SecretNotFound
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
 
 PERMANENT_REASONS = frozenset({"InvalidSpec", "StorageNotSupported", "SchemaMismatch"})
@@ -166,28 +166,42 @@ def _ensure_cache(name: str, namespace: str, status: dict, body: dict, catalog: 
                                         "mounts are deleted (the ring keeps the data)")
         patch.status["cache"] = None
         return
-    for manifest in cache_objects(body, catalog, memo.config.cache):
-        memo.kube.apply(namespace, manifest)
-    if not status.get("cache"):
+    if _apply_cache(namespace, body, catalog, memo) is None and not status.get("cache"):
         event(body, "CacheStarting", f"Alluxio master, a worker and a FUSE mount per node; splits under "
                                      f"{host_dir(memo.config.cache, namespace, name)}/mnt on the nodes")
 
 
-def _observe_cache(name: str, namespace: str, status: dict, body: dict, memo: Context, patch: kopf.Patch,
-                   conditions: Conditions) -> None:
-    """status.cache and the CacheReady condition from the tier's objects as they are now."""
+def _apply_cache(namespace: str, body: dict, catalog: str, memo: Context) -> str | None:
+    """Apply every object of the tier; → why the API server refused one (also a warning event), or None."""
+    try:
+        for manifest in cache_objects(body, catalog, memo.config.cache):
+            memo.kube.apply(namespace, manifest)
+    except ObjectRejected as error:
+        event(body, "CacheRejected", str(error), warning=True)
+        return str(error)
+    return None
+
+
+def _observe_cache(name: str, namespace: str, spec: dict, status: dict, body: dict, memo: Context,
+                   patch: kopf.Patch, conditions: Conditions) -> None:
+    """status.cache and the CacheReady condition from the tier's objects as they are now; an object found missing
+    (deleted by hand, or refused before) is applied again."""
     if cache_spec(body) is None:
         conditions.remove("CacheReady")
         return
     objects = {role: memo.kube.read_applied(namespace, kind, object_name(name, role))
                for kind, role in CACHE_OBJECTS if kind != "Service"}
+    refused = None
+    if None in objects.values():
+        refused = _apply_cache(namespace, body, catalog_name(name, spec), memo)
     cache = cache_status(objects["master"], objects["worker"], objects["fuse"],
                          host_dir(memo.config.cache, namespace, name))
     patch.status["cache"] = cache
-    message = (f"master {'ready' if cache['masterReady'] else 'starting'}, workers {cache['workers']} ready, "
-               f"FUSE mounts {cache['mounts']} ready at {cache['hostPath']}")
+    message = refused or (f"master {'ready' if cache['masterReady'] else 'starting'}, workers {cache['workers']} "
+                          f"ready, FUSE mounts {cache['mounts']} ready at {cache['hostPath']}")
     was_ready = conditions.is_true("CacheReady")
-    conditions.set("CacheReady", cache["ready"], "Ready" if cache["ready"] else "Starting", message)
+    conditions.set("CacheReady", cache["ready"], "Ready" if cache["ready"] else ("Rejected" if refused else "Starting"),
+                   message)
     if cache["ready"] and not was_ready:
         event(body, "CacheReady", message)
 
@@ -259,7 +273,7 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
             event(body, "IngestSucceeded", f"Job {job}: {patch.status['ingest'].get('ingested') or 0:,} samples "
                                            "written")
 
-    _observe_cache(name, namespace, status, body, memo, patch, conditions)
+    _observe_cache(name, namespace, spec, status, body, memo, patch, conditions)
     patch.status["splits"] = splits
     patch.status["conditions"] = conditions.as_list()
     patch.status["observedGeneration"] = meta["generation"]
@@ -299,6 +313,9 @@ def delete(name: str, namespace: str, spec: dict, status: dict, meta: dict, body
         raise kopf.TemporaryError(message, delay=10)
     selector = f"{LABEL_DATASET}={name}"
     memo.kube.delete_jobs(namespace, selector)
+    # The cache tier goes first too: its FUSE Pods unmount before the Dataset is gone.
+    for kind, role in CACHE_OBJECTS:
+        memo.kube.delete_applied(namespace, kind, object_name(name, role))
     if pods := memo.kube.pods_left(namespace, selector):  # an ingest still writing would recreate what is dropped
         raise kopf.TemporaryError(f"waiting for Pod(s) {', '.join(pods)} to stop", delay=3)
     memo.metrics.forget_dataset(namespace, name)
