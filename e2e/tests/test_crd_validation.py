@@ -254,6 +254,14 @@ BAD = [
      "spec.storage.external.tls.caSecret.name is not a Secret name"),
     ("Dataset", "tls-without-ca", {"spec.storage.external.tls": {"enabled": True}},
      "spec.storage.external.tls.caSecret is required when tls.enabled is true"),
+    # Dataset: cache tier
+    ("Dataset", "cache-over-tls", {"spec.storage.external.tls": {"enabled": True, "caSecret": {"name": "ring-ca"}},
+                                   "spec.cache": {"alluxio": {}}},
+     "spec.cache: the cache tier reaches the ring without TLS"),
+    ("Dataset", "cache-memory-not-a-size", {"spec.cache": {"alluxio": {"memory": "1.5Gi"}}},
+     "spec.cache.alluxio.memory in body should match"),
+    ("Dataset", "cache-memory-too-small", {"spec.cache": {"alluxio": {"memory": "16Mi"}}},
+     "spec.cache.alluxio.memory must be at least 64Mi"),
     # Dataset: keyspace and replication
     ("Dataset", "keyspace-upper-case", {"spec.keyspace": "Slides"}, "keyspace in body should match"),
     ("Dataset", "keyspace-reserved", {"spec.keyspace": "system_auth"}, "spec.keyspace is reserved"),
@@ -371,6 +379,7 @@ BAD = [
     ("Split", "seed-negative", {"spec.seed": -1}, "seed in body should be greater than or equal to 0"),
     # TrainingJob
     ("TrainingJob", "no-template", {"spec.template": DELETE}, "spec.template: Required value"),
+    ("TrainingJob", "access-unknown", {"spec.access": "nfs"}, "spec.access: Unsupported value"),
     ("TrainingJob", "template-without-containers", {"spec.template.spec.containers": DELETE},
      "spec.template.spec.containers: Required value"),
     ("TrainingJob", "no-split", {"spec.split": DELETE}, "spec.split: Required value"),
@@ -588,7 +597,8 @@ COLUMNS = {
                  ("Samples", 0, lambda o: o.get("status", {}).get("samples")),
                  ("Labels", 0, lambda o: o.get("status", {}).get("labels")),
                  ("Splits", 0, lambda o: o.get("status", {}).get("splits")),
-                 ("Keyspace", 1, lambda o: o.get("status", {}).get("keyspace"))],
+                 ("Keyspace", 1, lambda o: o.get("status", {}).get("keyspace")),
+                 ("Cache", 1, lambda o: condition_field(o, "CacheReady", "status"))],
     "splits": [("Name", 0, lambda o: o["metadata"]["name"]), ("Ready", 0, ready),
                ("Dataset", 0, lambda o: o["spec"]["dataset"]),
                ("Samples", 0, lambda o: o.get("status", {}).get("samples")),
@@ -618,7 +628,8 @@ def test_printer_columns_category_and_short_names(cluster: Cluster, crds: Api, n
     # Status as the operator would write it. An operator running in the cluster may overwrite it at any moment,
     # so cells are compared with the object of the same read, not with these values.
     crds.patch_status(namespace, "Dataset", "slides", {
-        "conditions": [condition("Ready", "True", "Counted")], "samples": 1200, "labels": 2, "splits": 1,
+        "conditions": [condition("Ready", "True", "Counted"), condition("CacheReady", "False", "Starting")],
+        "samples": 1200, "labels": 2, "splits": 1,
         "keyspace": "slides"})
     crds.patch_status(namespace, "Split", "by-patient", {
         "conditions": [condition("Ready", "True", "Computed")], "samples": 1100, "partNames": "train,val,test",
@@ -649,7 +660,7 @@ def test_printer_columns_category_and_short_names(cluster: Cluster, crds: Api, n
     assert [table[1][0] for table in tables] == [
         "dataset.ringfeed.io/slides", "split.ringfeed.io/by-patient", "trainingjob.ringfeed.io/resnet-slides"], out
     wide = cluster.kubectl("get", "rfds,rfsplit", "-n", namespace, "-o", "wide").stdout.splitlines()
-    assert wide[0].split() == ["NAME", "READY", "SAMPLES", "LABELS", "SPLITS", "KEYSPACE", "AGE"], wide
+    assert wide[0].split() == ["NAME", "READY", "SAMPLES", "LABELS", "SPLITS", "KEYSPACE", "CACHE", "AGE"], wide
     assert wide[3].split() == ["NAME", "READY", "DATASET", "SAMPLES", "PARTS", "HASH", "AGE"], wide
 
     names = cluster.kubectl("get", "ringfeed", "-n", namespace, "-o", "name").stdout.split()
