@@ -110,12 +110,26 @@ _CASSANDRA: dict[str, Family] = {
         "counter", ("host", "instance", "cluster", "datacenter", "rack", "pod_name", "node_name", "message_type")),
 }
 
+# -- the cache tiers: Alluxio 2.9.6's own metrics at /metrics/prometheus/ of a Dataset's cache master (Cluster_*,
+# the cluster-wide sums the workers report to it) and workers (Worker_*). Alluxio exports its running totals as
+# gauges with no labels of their own; scraping adds namespace and pod (<dataset>-cache-master-0, …). Names checked
+# against a running tier (ringfeed cache up, curl of both endpoints).
+_ALLUXIO: dict[str, Family] = {
+    "Cluster_BytesReadUfsAll": Family("gauge", ()),  # bytes the workers read from the ring (cold reads)
+    "Cluster_BytesReadCache": Family("gauge", ()),  # bytes served from the workers' memory
+    "Cluster_CapacityUsedTierMEM": Family("gauge", ()),
+    "Cluster_CapacityTotalTierMEM": Family("gauge", ()),
+    "Cluster_Workers": Family("gauge", ()),
+    "Cluster_LostWorkers": Family("gauge", ()),
+    "Worker_BlocksEvicted": Family("gauge", ()),  # blocks a worker dropped to make room: the tier is too small
+}
+
 # -- Prometheus itself -------------------------------------------------------------------------------------------------
 _PROMETHEUS: dict[str, Family] = {
     "up": Family("gauge", ("job", "instance")),  # 1 when the target's last scrape succeeded
 }
 
-METRICS: dict[str, Family] = {**_LOADER, **_OPERATOR, **_INGEST, **_CASSANDRA, **_PROMETHEUS}
+METRICS: dict[str, Family] = {**_LOADER, **_OPERATOR, **_INGEST, **_CASSANDRA, **_ALLUXIO, **_PROMETHEUS}
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 

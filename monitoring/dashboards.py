@@ -200,6 +200,33 @@ def overview() -> builders.Dashboard:
             "Ring scaling", "Whether a scaling step of each Ring is under way (Ringfeed / Ring has the details).",
             targets((f"max by (namespace, ring) (ringfeed_ring_scaling{{{ns}}})", "{{namespace}}/{{ring}}")),
             {"0": ("settled", "green"), "1": ("scaling", "blue")}))
+        .with_row(builders.Row("Cache tiers"))
+        .with_panel(graph(
+            "Cache tier reads by source", "Bytes/s each Dataset's cache tier served from its workers' memory and "
+            "read from the ring (a file's first read). A warm epoch reads (almost) nothing from the ring.", "Bps",
+            targets((f"sum by (namespace, pod) (rate(Cluster_BytesReadCache{{{ns}}}[$__rate_interval]))",
+                     "{{namespace}}/{{pod}} from memory"),
+                    (f"sum by (namespace, pod) (rate(Cluster_BytesReadUfsAll{{{ns}}}[$__rate_interval]))",
+                     "{{namespace}}/{{pod}} from the ring"))))
+        .with_panel(graph(
+            "Memory tier used", "Share of the workers' memory tiers (spec.cache.alluxio.memory each) holding file "
+            "blocks. Near 100% the tier starts evicting (RingfeedCacheEvicting): give it more memory.",
+            "percentunit",
+            targets((f"sum by (namespace, pod) (Cluster_CapacityUsedTierMEM{{{ns}}}) / "
+                     f"sum by (namespace, pod) (Cluster_CapacityTotalTierMEM{{{ns}}})", "{{namespace}}/{{pod}}")),
+            limit=0.9))
+        .with_panel(stat_panel(
+            "Cache workers", "Workers registered with each tier's master, and workers it lost.", "none",
+            targets((f"max by (namespace, pod) (Cluster_Workers{{{ns}}})", "{{namespace}}/{{pod}} workers"),
+                    (f"max by (namespace, pod) (Cluster_LostWorkers{{{ns}}})", "{{namespace}}/{{pod}} lost"),
+                    instant=True),
+            w=12))
+        .with_panel(graph(
+            "Blocks evicted", "File blocks the workers dropped to make room (the preset avoids eviction: any is a "
+            "memory tier too small for the working set).", "short",
+            targets((f"sum by (namespace, pod) (increase(Worker_BlocksEvicted{{{ns}}}[$__rate_interval]))",
+                     "{{namespace}}/{{pod}}")),
+            bars=True))
         .with_row(builders.Row("Operator"))
         .with_panel(graph(
             "Reconciles/s by result", "Handler runs of the operator by kind and result: ok, retry (waiting for "

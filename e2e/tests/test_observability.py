@@ -30,6 +30,7 @@ PROMETHEUS_OPERATOR_CRDS = CACHE / "prometheus-operator" / "crds"
 STEP_S = 15
 NAMESPACE = "e2e-prometheus-operator"
 # Panels that may stay empty in this session's scenarios, and why.
+CACHE_PANELS = {"Cache tier reads by source", "Memory tier used", "Cache workers", "Blocks evicted"}
 MAY_BE_EMPTY = {
     "Reconcile errors": "a handler error is counted only when one happens",
     "Dropped messages/s": "only drops above zero are drawn; a healthy ring drops none",
@@ -78,7 +79,7 @@ def label_values(prometheus: Prometheus, expr: str, label: str, window: tuple[fl
 
 
 def test_every_kind_of_target_was_scraped(prometheus: Prometheus, window):
-    for job in ("ringfeed-operator", "ringfeed-sidecar", "cassandra", "ringfeed-loader"):
+    for job in ("ringfeed-operator", "ringfeed-sidecar", "cassandra", "ringfeed-loader", "alluxio"):
         up = prometheus.query_range(f'up{{job="{job}"}} == 1', *window, STEP_S)
         assert up, f"no target of job {job} was ever up: see artifacts/prometheus.log"
 
@@ -96,9 +97,19 @@ def test_every_dashboard_query_answers_with_data(prometheus: Prometheus, window)
     # sidecars (the trainer stage) for the training data path (their namespace has no Ring: any ring's panels).
     reader = {"namespace": next(iter(reader_namespaces)), "trainingjob": READER_JOB, "ring": RING}
     sidecars = {"namespace": next(iter(sidecar_namespaces)), "trainingjob": next(iter(sidecar_jobs)), "ring": ".*"}
+    # The cache tier test's namespace for the panels of the cache tiers (no other module runs one).
+    cache_namespaces = label_values(prometheus, 'Cluster_Workers{job="alluxio"}', "namespace", window)
+    assert cache_namespaces, "the cache tier module runs before this one"
+    cache = {"namespace": next(iter(cache_namespaces)), "trainingjob": "", "ring": ".*"}
     failures, empty = [], []
     for uid, title, expr in queries():
-        for variables in (reader, sidecars) if uid == "ringfeed-training-data-path" else (reader,):
+        if title in CACHE_PANELS:
+            candidates = (cache,)
+        elif uid == "ringfeed-training-data-path":
+            candidates = (reader, sidecars)
+        else:
+            candidates = (reader,)
+        for variables in candidates:
             query = substituted(expr, variables, int(end - start))
             try:
                 result = prometheus.query_range(query, start, end, STEP_S)
