@@ -10,6 +10,7 @@ import io
 import ipaddress
 import os
 import subprocess
+import time
 import uuid
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -226,3 +227,29 @@ def test_the_tree_is_read_only(mounted_tier):
         (mount / IMAGES / "new.txt").write_bytes(b"x")
     with pytest.raises(OSError):
         next((mount / IMAGES / "by-file" / "train" / "cat").iterdir()).unlink()
+
+
+def test_a_split_made_after_more_ingest_shows_every_new_file(mounted_tier, ring_datasets, cassandra_node, tmp_path):
+    """The master scanned the dataset for the first listing; samples ingested later, in a split made later, are
+    found by scanning again (last in this module: it adds a split to the tree the other tests compare)."""
+    _, mount = mounted_tier
+    rng = np.random.default_rng(9)
+    added = {}
+    for name in CLASSES:
+        (tmp_path / "more" / name).mkdir(parents=True)
+        for n in range(100, 104):
+            buffer = io.BytesIO()
+            Image.fromarray(rng.integers(0, 256, (30, 30, 3), dtype=np.uint8)).save(buffer, format="JPEG")
+            (tmp_path / "more" / name / f"{n}.jpg").write_bytes(buffer.getvalue())
+            added[sample_uuid(IMAGES, (f"{name}/{n}.jpg",))] = (name, buffer.getvalue())
+    with Store(cassandra_node.address) as store:
+        ingest(store, IMAGES, str(tmp_path / "more"))
+        create_split(store, IMAGES, "after-ingest", SplitSpec(ratios=(1,), names=("all",), seed=1))
+    part = mount / IMAGES / "after-ingest" / "all"
+    deadline = time.monotonic() + 30  # a new split shows within the extension's 10 s
+    while not part.exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    seen = {path.relative_to(part).as_posix(): path.read_bytes() for path in part.rglob("*.jpg")}
+    assert len(seen) == 24 * len(CLASSES) + len(added)
+    for member, (name, data) in added.items():
+        assert seen[f"{name}/{member}.jpg"] == data

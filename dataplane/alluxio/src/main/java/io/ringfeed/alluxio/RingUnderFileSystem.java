@@ -107,7 +107,14 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
     PartView view = parts.get(key);
     if (view == null) {
       SampleIndex index = indexes.computeIfAbsent(dataset.id(), id -> catalog().index(dataset));
-      view = new PartView(catalog().members(split, part), index, dataset.format(), dataset.labelNames());
+      UUID[] members = catalog().members(split, part);
+      view = new PartView(members, index, dataset.format(), dataset.labelNames());
+      if (view.missing() > 0) {
+        // Members the scan did not see were ingested after it (a split made later): scan the dataset again, once.
+        index = catalog().index(dataset);
+        indexes.put(dataset.id(), index);
+        view = new PartView(members, index, dataset.format(), dataset.labelNames());
+      }
       if (view.missing() > 0) {
         LOG.warn("{}/{}/{}: {} members are no longer in the dataset and are left out", dataset.name(), split.name(),
             part, view.missing());
