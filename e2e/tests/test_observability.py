@@ -184,7 +184,7 @@ def test_the_prometheus_operator_objects_pass_its_own_crds(cluster: Cluster, tmp
         rendered = cluster.helm("template", "ringfeed", str(CHART), "-n", NAMESPACE, "--set", "crds.install=false",
                                 "--set", "monitoring.labels.release=kube-prometheus-stack", *api_versions).stdout
         objects = [d for d in yaml.safe_load_all(rendered) if d and d["apiVersion"].startswith("monitoring.coreos")]
-        assert sorted(d["kind"] for d in objects) == [*["PodMonitor"] * 3, "PrometheusRule", "ServiceMonitor"]
+        assert sorted(d["kind"] for d in objects) == [*["PodMonitor"] * 4, "PrometheusRule", "ServiceMonitor"]
         cluster.kubectl("create", "namespace", NAMESPACE)
         manifest = tmp_path / "prometheus-operator-objects.yaml"
         manifest.write_text(yaml.safe_dump_all(objects))

@@ -108,8 +108,12 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     needed |= {("cassandra.datastax.com", "cassandradatacenters", verb) for verb in ("get", "create", "patch",
                                                                                     "delete")}
     needed |= {("control.k8ssandra.io", "cassandratasks", verb) for verb in ("list", "create")}
-    needed |= {("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "create"), ("", "services", "get"),
-               ("", "services", "create")}
+    needed |= {("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "create")}
+    # Services: a TrainingJob's rendezvous Service (get, create) and a cache tier's master Service (applied: patch,
+    # deleted with spec.cache); a cache tier's StatefulSet and DaemonSets likewise.
+    needed |= {(group, resource, verb) for group, resource in (("", "services"), ("apps", "statefulsets"),
+                                                               ("apps", "daemonsets"))
+               for verb in ("get", "create", "patch", "delete")}
     needed |= {("", "secrets", verb) for verb in ("get", "create", "patch")}
     needed |= {("batch", "jobs", verb) for verb in ("get", "list", "create", "delete", "patch")}
     needed |= {("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")}
