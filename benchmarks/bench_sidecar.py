@@ -10,8 +10,9 @@ first not timed (it absorbs the read-ahead each side did while the other ran). T
 of the paired rates. The client's copies are counted: every array must be a view of a slot.
 
 bench-train (`--train`): a small CNN (SGD steps on decoded 64×64 batches, torch on one core, the sidecar decoding
-on the other) fed through the sidecar vs the same loop on one synthetic batch held in memory (the seed metric of the
-Alluxio/ResNet-50 study: steps/s with real data over steps/s with synthetic data). Rounds alternate the two.
+on the other; `--model resnet50` on a GPU machine: ResNet-50 on 224×224 batches of 256) fed through the sidecar vs
+the same loop on one synthetic batch held in memory (the seed metric of the Alluxio/ResNet-50 study: steps/s with
+real data over steps/s with synthetic data). Rounds alternate the two.
 
 Ends with one BAR line per bar.
 """
@@ -135,52 +136,77 @@ def handoff(host: str, source: LoaderSource, tmp: Path, rounds: int, threads: in
     return worst, copies / batches
 
 
-def train(host: str, tmp: Path, rounds: int, steps: int, node_pid: int) -> float:
-    """Training steps/s fed by the sidecar over steps/s on one synthetic in-memory batch (median of rounds)."""
+def train(host: str, tmp: Path, rounds: int, steps: int, node_pid: int, model_name: str) -> float:
+    """Training steps/s fed by the sidecar over steps/s on one synthetic in-memory batch (median of rounds).
+
+    ``small``: a small CNN on decoded 64×64 batches of 64, torch on one core and the sidecar decoding on the other.
+    ``resnet50`` (a GPU machine): torchvision's ResNet-50 on 224×224 batches of 256, bf16 autocast, channels-last,
+    the sidecar decoding with every core but two."""
     import torch
 
     from ringfeed_client.torch import tensors
 
-    # The training step and the sidecar each get one of the 2 cores, as a GPU and the host's cores would: the step's
-    # compute does not wait for decoding unless the feed is too slow, which is what the ratio shows.
-    torch.set_num_threads(1)
+    gpu = model_name == "resnet50"
+    device = torch.device("cuda" if gpu else "cpu")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(), torch.nn.Linear(128, 10))
+    if gpu:
+        import torchvision
+
+        batch, size, classes, threads = 256, 224, 1000, max(1, (os.cpu_count() or 4) - 2)
+        model = torchvision.models.resnet50().to(device, memory_format=torch.channels_last)
+        print(f"ResNet-50 on {torch.cuda.get_device_name(device)}; the sidecar decodes with {threads} threads")
+    else:
+        # The training step and the sidecar each get one of the 2 cores, as a GPU and the host's cores would: the
+        # step's compute does not wait for decoding unless the feed is too slow, which is what the ratio shows.
+        torch.set_num_threads(1)
+        batch, size, classes, threads = 64, 64, 10, 1
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(), torch.nn.Linear(128, classes))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
-        images = x.permute(0, 3, 1, 2).float().div_(255)
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(images), y % 10).backward()
+        # The same work for both sides: uint8 NHWC from host memory to the device, then float NCHW.
+        images = x.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255)
+        labels = (y % classes).to(device, non_blocking=True)
+        optimizer.zero_grad(set_to_none=True)
+        if gpu:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(images.contiguous(memory_format=torch.channels_last)),
+                                                         labels)
+        else:
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
         optimizer.step()
 
-    sidecar = Sidecar(host, tmp / "feed-train", "--batch-size", "64", "--decode", "64x64", "--decode-threads", "1")
+    sidecar = Sidecar(host, tmp / "feed-train", "--batch-size", str(batch), "--decode", f"{size}x{size}",
+                      "--decode-threads", str(threads), "--prefetch", "4" if gpu else "2")
     # The ring runs on machines of its own in a deployment: here its node yields the cores to the step and the
     # sidecar (nice 19), so the ratio shows the feed's cost, not this machine's third tenant.
     for thread in Path(f"/proc/{node_pid}/task").iterdir():  # niceness is per thread on Linux
         os.setpriority(os.PRIO_PROCESS, int(thread.name), 19)
     real = iter(tensors(_forever(sidecar.feed)))
-    synthetic = (torch.randint(0, 256, (64, 64, 64, 3), dtype=torch.uint8), torch.randint(0, 10, (64,)))
+    synthetic = (torch.randint(0, 256, (batch, size, size, 3), dtype=torch.uint8), torch.randint(0, classes, (batch,)))
 
     def timed(batches: Callable[[], tuple]) -> float:
         started = time.perf_counter()
         for _ in range(steps):
             step(*batches())
+        if gpu:
+            torch.cuda.synchronize()
         return steps / (time.perf_counter() - started)
 
     try:
-        timed(lambda: next(real))  # untimed: torch's first steps, the node's caches
+        timed(lambda: next(real))  # untimed: torch's first steps (cuDNN's choice of kernels), the node's caches
         ratios = []
-        print(f"\n{'round':>5} {'synthetic steps/s':>18} {'sidecar steps/s':>16} {'ratio':>6}")
+        print(f"\n{'round':>5} {'synthetic steps/s':>18} {'sidecar steps/s':>16} {'images/s':>9} {'ratio':>6}")
         for index in range(rounds):
             fake = timed(lambda: synthetic)
             fed = timed(lambda: next(real))
             ratios.append(fed / fake)
-            print(f"{index:>5} {fake:>18.2f} {fed:>16.2f} {fed / fake:>6.3f}", flush=True)
+            print(f"{index:>5} {fake:>18.2f} {fed:>16.2f} {fed * batch:>9.0f} {fed / fake:>6.3f}", flush=True)
     finally:
         sidecar.stop()
     return statistics.median(ratios)
@@ -198,6 +224,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40, help="Training steps per round (--train).")
     parser.add_argument("--threads", type=int, default=2, help="Decode threads of either loader (bench-sidecar).")
+    parser.add_argument("--model", choices=("small", "resnet50"), default="small",
+                        help="--train: a small CNN on the CPU, or ResNet-50 on a GPU (CUDA).")
     args = parser.parse_args()
     with dedicated_node("bench-sidecar", jmx_base=7540) as ring, tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -211,7 +239,8 @@ def main() -> int:
             settle(ring, source.keyspace)
         print(f"{os.cpu_count()} cores; sidecar and loader with {args.threads} decode thread(s)")
         if args.train:
-            bars = [("train_vs_synthetic", train(ring.hosts[0], tmp, args.rounds, args.steps, ring.pid(1)))]
+            bars = [("train_vs_synthetic", train(ring.hosts[0], tmp, args.rounds, args.steps, ring.pid(1),
+                                                 args.model))]
         else:
             ratio, copied = handoff(ring.hosts[0], source, tmp, args.rounds, args.threads)
             bars = [("sidecar_vs_inprocess", ratio)]

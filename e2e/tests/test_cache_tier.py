@@ -138,6 +138,25 @@ def test_a_posix_trainingjob_trains_two_epochs_with_imagefolder_reading_every_fi
     assert read >= ring_bytes
 
 
+def test_a_killed_fuse_process_mounts_again_and_the_node_reads_on(cluster: Cluster, ns: str, split: dict, store):
+    """SIGKILL leaves the mount behind answering ENOTCONN; the restarted container detaches it and mounts again."""
+    wait_cache_ready(cluster, ns)
+    [pod] = cluster.core.list_namespaced_pod(
+        ns, label_selector=f"ringfeed.io/dataset={DATASET},app.kubernetes.io/component=cache-fuse").items
+    restarts = pod.status.container_statuses[0].restart_count
+    cluster.kill_container(ns, pod.metadata.name, "fuse")
+
+    def restarted_and_ready():
+        current = cluster.core.read_namespaced_pod(pod.metadata.name, ns).status.container_statuses[0]
+        return current.restart_count > restarts and current.ready
+    cluster.wait("the FUSE container restarted and mounted", restarted_and_ready, timeout_s=180)
+    mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt"
+    with open("/proc/mounts") as mounts:
+        assert [line.split()[1] for line in mounts].count(str(mount)) == 1, "one mount, the stale one detached"
+    assert tree(mount / SPLIT / "val") == ring_files(store, "val")
+    wait_cache_ready(cluster, ns)
+
+
 def test_removing_spec_cache_removes_the_tier_and_its_mount(cluster: Cluster, ns: str, split: dict):
     cluster.kubectl("patch", "datasets", DATASET, "-n", ns, "--type=json",
                     "--patch", '[{"op": "remove", "path": "/spec/cache"}]')
