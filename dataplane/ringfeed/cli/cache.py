@@ -85,8 +85,9 @@ def cache_up(ctx, mount, memory, address):
 @click.option("--memory", default="1GiB", show_default=True, help="worker: the memory tier's size.")
 @click.option("--memory-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="worker: the memory tier's directory (a memory emptyDir). Default: SERVE_DIR/memory.")
-@click.option("--mount", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="fuse: where the tree is mounted.")
+# A plain string: a mount left behind by a killed FUSE process fails every check click could make (ENOTCONN); the
+# FUSE role detaches it before mounting again.
+@click.option("--mount", default=None, help="fuse: where the tree is mounted.")
 @click.option("--root", default="/", show_default=True,
               help="fuse: the tree's folder mounted there (/<dataset>: one dataset's splits).")
 @click.option("--tuned/--alluxio-defaults", default=True, show_default=True,
@@ -112,7 +113,8 @@ def cache_serve(ctx, role, master_host, hostname, node, bind, serve_dir, heap, m
         raise RingfeedError("the cache tier reaches the ring without TLS for now: give a ring without --tls-ca-file")
     placement = Placement(master=master_host, hostname=hostname or master_host, bind=bind, node=node)
     settings = ServeSettings(role=role, placement=placement, state_dir=serve_dir, heap=heap, tuned=tuned,
-                             memory_bytes=parse_bytes(memory), memory_dir=memory_dir, mount=mount, root=root)
+                             memory_bytes=parse_bytes(memory), memory_dir=memory_dir,
+                             mount=Path(mount) if mount else None, root=root)
     login = None if role == "fuse" else RingLogin(tuple(ring.hosts), ring.port, ring.local_dc, ring.username,
                                                    ring.password)
     serve(settings, login)
