@@ -328,7 +328,11 @@ class Store:
 
     def _catalog_row(self, name: str):
         if not self.catalog_has("datasets"):
-            return None
+            # Another client (the operator, an ingest) may have made the catalog since this session connected; the
+            # driver's schema events can lag under load: read the keyspace's metadata once before answering.
+            self._cluster.refresh_keyspace_metadata(CATALOG_KEYSPACE)
+            if not self.catalog_has("datasets"):
+                return None
         return self.session.execute(f"SELECT {self._catalog_columns()} FROM {CATALOG_KEYSPACE}.datasets "
                                     "WHERE name = %s", (name,)).one()
 

@@ -10,6 +10,7 @@ The chart, the ring (a Cassandra node outside the cluster) and the samples are c
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from pathlib import Path
 
@@ -138,9 +139,34 @@ def test_a_posix_trainingjob_trains_two_epochs_with_imagefolder_reading_every_fi
     assert read >= ring_bytes
 
 
-def test_a_killed_fuse_process_mounts_again_and_the_node_reads_on(cluster: Cluster, ns: str, split: dict, store):
-    """SIGKILL leaves the mount behind answering ENOTCONN; the restarted container detaches it and mounts again."""
+def reader_pod(ns: str) -> dict:
+    """A Pod that mounts the node's folder of the tier as a posix TrainingJob does (read-only, HostToContainer)."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader"}, "spec": {
+        "restartPolicy": "Never", "automountServiceAccountToken": False,
+        "containers": [{"name": "reader", "image": Cluster.image("trainer"), "imagePullPolicy": "Never",
+                        "command": ["python", "-c", "import time; time.sleep(3600)"],
+                        "volumeMounts": [{"name": "cache", "mountPath": "/data", "readOnly": True,
+                                          "mountPropagation": "HostToContainer"}]}],
+        "volumes": [{"name": "cache", "hostPath": {"path": str(Path(CACHE_HOST_DIR) / ns / DATASET),
+                                                    "type": "Directory"}}]}}
+
+
+def digests_in_pod(cluster: Cluster, ns: str, folder: str) -> dict[str, str]:
+    script = (f"import hashlib, json, pathlib; root = pathlib.Path({folder!r}); print(json.dumps({{"
+              "str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob('*.jpg')}))")
+    return json.loads(cluster.kubectl("exec", "-n", ns, "reader", "--", "python", "-c", script).stdout)
+
+
+def test_a_killed_fuse_process_mounts_again_and_a_running_reader_sees_it(cluster: Cluster, ns: str, split: dict,
+                                                                          store):
+    """SIGKILL leaves the mount behind answering ENOTCONN; the restarted container detaches it and mounts again, and
+    a Pod that was already running (as a trainer would be) reads the new mount through HostToContainer."""
     wait_cache_ready(cluster, ns)
+    cluster.core.create_namespaced_pod(ns, reader_pod(ns))
+    cluster.wait("the reader Pod", lambda: cluster.core.read_namespaced_pod("reader", ns).status.phase == "Running",
+                 timeout_s=120)
+    expected = ring_files(store, "val")
+    assert digests_in_pod(cluster, ns, f"/data/mnt/{SPLIT}/val") == expected
     [pod] = cluster.core.list_namespaced_pod(
         ns, label_selector=f"ringfeed.io/dataset={DATASET},app.kubernetes.io/component=cache-fuse").items
     restarts = pod.status.container_statuses[0].restart_count
@@ -153,7 +179,9 @@ def test_a_killed_fuse_process_mounts_again_and_the_node_reads_on(cluster: Clust
     mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt"
     with open("/proc/mounts") as mounts:
         assert [line.split()[1] for line in mounts].count(str(mount)) == 1, "one mount, the stale one detached"
-    assert tree(mount / SPLIT / "val") == ring_files(store, "val")
+    assert tree(mount / SPLIT / "val") == expected
+    assert digests_in_pod(cluster, ns, f"/data/mnt/{SPLIT}/val") == expected
+    cluster.core.delete_namespaced_pod("reader", ns, grace_period_seconds=0)
     wait_cache_ready(cluster, ns)
 
 
