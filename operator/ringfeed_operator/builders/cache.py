@@ -31,8 +31,7 @@ MEMORY_DIR = f"{SERVE_DIR}/memory"
 MOUNT_DIR = "/ringfeed-cache"  # the FUSE container's view of the dataset's host directory
 MOUNT_NAME = "mnt"  # the mount point inside it: the host directory itself stays a plain folder to propagate through
 DEFAULT_MEMORY = "1Gi"
-HEAPS = {"master": "1g", "worker": "1g", "fuse": "512m"}
-HEAP_BYTES = {"master": 1 << 30, "worker": 1 << 30, "fuse": 512 << 20}
+HEAP_MIB = {"master": 1024, "worker": 1024, "fuse": 512}  # each JVM's -Xmx
 JVM_OVERHEAD = 512 << 20  # metaspace, threads, direct buffers of one Alluxio JVM beyond its heap
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _FACTORS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
@@ -100,7 +99,7 @@ def _container(dataset: dict, role: str, config: CacheConfig, args: list[str], *
     return {
         "name": role, "image": spec.get("image") or config.image, "imagePullPolicy": config.image_pull_policy,
         "args": [role, f"--master-host={master_address(name, dataset['metadata']['namespace'])}",
-                 f"--heap={HEAPS[role]}", *([] if spec.get("tuned", True) else ["--alluxio-defaults"]), *args],
+                 f"--heap={HEAP_MIB[role]}m", *([] if spec.get("tuned", True) else ["--alluxio-defaults"]), *args],
         "resources": (spec.get("resources") or {}).get(role) or _default_resources(role, spec),
         **fields,
     }
@@ -109,7 +108,7 @@ def _container(dataset: dict, role: str, config: CacheConfig, args: list[str], *
 def _default_resources(role: str, spec: dict) -> dict:
     """Memory for the heap and the JVM's overhead, and for the worker its memory tier too (a memory emptyDir's pages
     count against the container that writes them)."""
-    memory = HEAP_BYTES[role] + JVM_OVERHEAD
+    memory = (HEAP_MIB[role] << 20) + JVM_OVERHEAD
     if role == "worker":
         memory += quantity_bytes(spec.get("memory", DEFAULT_MEMORY))
     return {"requests": {"cpu": "100m", "memory": str(memory)}, "limits": {"memory": str(memory)}}
