@@ -46,6 +46,11 @@ TUNED_PRESET: tuple[Setting, ...] = (
 REQUIRED: tuple[Setting, ...] = (
     Setting("alluxio.master.update.check.enabled", "false", "no call home (and no cloud metadata address)"),
     Setting("alluxio.master.mount.table.root.readonly", "true", "the ring stays the single source of truth"),
+    Setting("alluxio.master.ufs.path.cache.capacity", "0",
+            "the master does not remember that a path was absent: a split looked for before it was made shows once "
+            "it is (the ring's under storage answers such lookups from its own memory)"),
+    Setting("alluxio.fuse.special.command.enabled", "true",
+            "`ringfeed cache refresh` drops the FUSE client's metadata cache through a lookup under the mount"),
 )
 
 # FUSE runs with more worker threads than libfuse's default (10 idle threads at most: under a DataLoader's

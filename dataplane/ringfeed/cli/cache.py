@@ -42,6 +42,7 @@ def cache(ctx, state_dir):
       ringfeed cache up ./ring                 # master, worker and FUSE; the ring of --hosts
       ls ./ring/demo/by-patient/train
       ringfeed cache status
+      ringfeed cache refresh demo/by-patient   # a new version of that split
       ringfeed cache down
     """
     from ringfeed.cache import LocalCache
@@ -135,6 +136,27 @@ def cache_status(ctx, as_json):
                                   for p in local_cache.status()]})
         return
     print_status(local_cache)
+
+
+@cache.command("refresh")
+@click.argument("tree_path", metavar="[DATASET[/SPLIT]]", required=False)
+@click.pass_context
+def cache_refresh(ctx, tree_path):
+    """Show datasets, splits and split versions made since the tier listed their folders.
+
+    A split version never changes, so the tier lists each folder once and keeps it, and FUSE also remembers paths
+    looked up before they existed. Without an argument: the master lists the root and every dataset's folder again
+    from the ring (new datasets and splits show) and FUSE forgets what it remembered. With DATASET or
+    DATASET/SPLIT: everything under that folder is listed again, so a new version of a split replaces the listed
+    one.
+
+    \b
+      ringfeed cache refresh                   # a split looked for before it was made
+      ringfeed cache refresh demo/by-patient   # after `ringfeed split create demo by-patient ...` made v2
+    """
+    with console.status("refreshing the tree…"):
+        ctx.meta["cache"].refresh(tree_path)
+    console.print(f"refreshed {tree_path or 'the mount'}")
 
 
 @cache.command("down")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ringfeed.cache import LocalCache
 from ringfeed.cache.preset import (
     REQUIRED,
     TUNED_PRESET,
@@ -21,6 +22,7 @@ from ringfeed.cache.preset import (
 from ringfeed.cache.runtime import AlluxioRuntime
 from ringfeed.cache.serve import RingLogin, ServeSettings, command
 from ringfeed.cache.serve import properties as serve_properties
+from ringfeed.errors import RingfeedError
 
 
 def properties(tuned: bool = True) -> dict[str, str]:
@@ -132,3 +134,8 @@ def test_the_fuse_process_mounts_one_datasets_tree_for_other_users_with_the_pres
     assert options[:2] == ["ro", "allow_other"] and "max_idle_threads=64" in options
     master = command(ServeSettings(role="master", placement=POD), AlluxioRuntime(Path("/opt/alluxio")), "java")
     assert master[-1] == "alluxio.master.AlluxioMaster" and "-cp" in master
+
+
+def test_refresh_without_a_running_tier_says_what_to_do(tmp_path):
+    with pytest.raises(RingfeedError, match="ringfeed cache up"):
+        LocalCache(tmp_path).refresh("images/by-file")

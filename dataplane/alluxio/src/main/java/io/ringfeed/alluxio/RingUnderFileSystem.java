@@ -38,8 +38,11 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
   private static final Logger LOG = LoggerFactory.getLogger(RingUnderFileSystem.class);
   private static final short DIRECTORY_MODE = 0555;
   private static final short FILE_MODE = 0444;
-  /** A new split version shows within this time; Alluxio's own metadata cache sits in front of it. */
-  private static final long SPLITS_TTL_MS = 10_000;
+  /**
+   * The splits read from the catalog serve the lookups of this long (the master loads a folder's files one lookup
+   * each). The master keeps what it loaded; `ringfeed cache refresh` makes it load a folder again.
+   */
+  private static final long SPLITS_TTL_MS = 1_000;
 
   private record TimedSplits(long readAtMs, Map<String, RingCatalog.Split> splits) {}
 
@@ -88,10 +91,10 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
     return found;
   }
 
-  private Map<String, RingCatalog.Split> splitsOf(String dataset) {
+  private Map<String, RingCatalog.Split> splitsOf(String dataset, long maxAgeMs) {
     long now = System.currentTimeMillis();
     TimedSplits timed = splits.get(dataset);
-    if (timed == null || now - timed.readAtMs() > SPLITS_TTL_MS) {
+    if (timed == null || now - timed.readAtMs() > maxAgeMs) {
       timed = new TimedSplits(now, catalog().splits(dataset));
       splits.put(dataset, timed);
     }
@@ -99,7 +102,7 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
   }
 
   private Optional<RingCatalog.Split> split(RingPath path) {
-    return Optional.ofNullable(splitsOf(path.dataset()).get(path.split()));
+    return Optional.ofNullable(splitsOf(path.dataset(), SPLITS_TTL_MS).get(path.split()));
   }
 
   private PartView part(RingCatalog.Dataset dataset, RingCatalog.Split split, String part) throws IOException {
@@ -152,7 +155,9 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
     if (path.depth() == 1) {
       List<UfsStatus> children = new ArrayList<>();
       if (withChildren) {
-        splitsOf(dataset.name()).values().forEach(split -> children.add(directory(split.name(), split.createdAtMs())));
+        // A listing is asked for once per folder (or by `ringfeed cache refresh`): always the catalog as it is now.
+        splitsOf(dataset.name(), 0).values()
+            .forEach(split -> children.add(directory(split.name(), split.createdAtMs())));
       }
       return Optional.of(new Directory(dataset.createdAtMs(), children));
     }
