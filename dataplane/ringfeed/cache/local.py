@@ -25,7 +25,6 @@ from ringfeed.local.ring import live_pid, stop_process, tree_size
 # Stopped in this order: FUSE, then the worker (it ignores SIGTERM for long once the master is gone), the master.
 PROCESSES = ("fuse", "worker", "master")
 READY_LINES = {"master": "Primary started", "worker": "Alluxio worker started"}
-SHELL_CLASS = "alluxio.cli.fs.FileSystemShell"
 # Looking this name up under the mount runs Alluxio FUSE's "metadatacache dropAll" (alluxio.fuse.special.command).
 DROP_METADATA_CACHE = ".alluxiocli.metadatacache.dropAll"
 
@@ -140,25 +139,12 @@ class LocalCache:
         shutil.rmtree(self.memory_dir, ignore_errors=True)
         shutil.rmtree(self.state_dir / "journal", ignore_errors=True)
 
-    def refresh(self, tree_path: str | None = None) -> None:
-        """Show what the ring holds now. The master lists the tree's folders again from the ring: the root and
-        every dataset's folder (new datasets and splits), or, with ``tree_path`` (``dataset`` or ``dataset/split``),
-        everything under it (a new version of a split replaces the one listed). Then FUSE drops its metadata cache,
-        which also remembers paths looked up before they existed."""
+    def refresh(self) -> None:
+        """FUSE drops its metadata cache: listings made before a split (or a new version of one) was made, and
+        paths looked up before they existed, are asked of the master again, which checks them against the ring."""
         settings = self.settings
         if settings is None or not self._running_pids() or not self.mounted(Path(settings.mount)):
             raise RingfeedError("the cache tier is not up: `ringfeed cache up` first")
-        if tree_path is None:
-            loads = [["/"], ["/*"]]  # the shell expands /* to every dataset's folder
-        else:
-            loads = [["-R", "/" + tree_path.strip("/")]]
-        for load in loads:
-            command = self._java_command(require_java(), "master", "loadMetadata", "-F", *load, heap="256m",
-                                         main_class=SHELL_CLASS)
-            done = subprocess.run(command, capture_output=True, text=True, env=self.runtime.environment())
-            if done.returncode != 0:
-                raise RingfeedError(f"the master could not list {load[-1]} again from the ring: "
-                                    f"{(done.stdout + done.stderr).strip()[-500:]}")
         os.stat(Path(settings.mount) / DROP_METADATA_CACHE)
 
     def status(self) -> list[ProcessStatus]:
@@ -189,9 +175,9 @@ class LocalCache:
     def _log(self, name: str) -> Path:
         return self.state_dir / "logs" / f"{name}.out"
 
-    def _java_command(self, java: str, role: str, *args: str, heap: str, main_class: str | None = None) -> list[str]:
+    def _java_command(self, java: str, role: str, *args: str, heap: str) -> list[str]:
         return self.runtime.java_command(java, role, *args, home=self.state_dir, conf_dir=self.state_dir / "conf",
-                                         logs_dir=self.state_dir / "logs", heap=heap, main_class=main_class)
+                                         logs_dir=self.state_dir / "logs", heap=heap)
 
     def _start(self, java: str, name: str, *args: str, heap: str) -> subprocess.Popen:
         log = open(self._log(name), "ab")

@@ -26,8 +26,6 @@ TUNED_PRESET: tuple[Setting, ...] = (
     Setting("alluxio.user.metadata.cache.max.size", "2000000", "room for the entries of a 1.28M-image split"),
     Setting("alluxio.user.metadata.cache.expiration.time", "2day",
             "a split version is immutable: its entries never go stale"),
-    Setting("alluxio.user.file.metadata.sync.interval", "-1",
-            "load each directory from the ring once; never re-sync an immutable split"),
     Setting("alluxio.user.ufs.block.read.location.policy",
             "alluxio.client.block.policy.LocalFirstAvoidEvictionPolicy",
             "eviction avoided: a block read from the ring goes to a worker that has room, never one that must evict"),
@@ -46,9 +44,13 @@ TUNED_PRESET: tuple[Setting, ...] = (
 REQUIRED: tuple[Setting, ...] = (
     Setting("alluxio.master.update.check.enabled", "false", "no call home (and no cloud metadata address)"),
     Setting("alluxio.master.mount.table.root.readonly", "true", "the ring stays the single source of truth"),
+    Setting("alluxio.user.file.metadata.sync.interval", "0",
+            "what FUSE's metadata cache misses, the master checks against the ring (from the extension's memory): "
+            "a split made after its dataset's folder was listed shows, and nothing is ever reported absent that "
+            "exists"),
     Setting("alluxio.master.ufs.path.cache.capacity", "0",
             "the master does not remember that a path was absent: a split looked for before it was made shows once "
-            "it is (the ring's under storage answers such lookups from its own memory)"),
+            "it is"),
     Setting("alluxio.fuse.special.command.enabled", "true",
             "`ringfeed cache refresh` drops the FUSE client's metadata cache through a lookup under the mount"),
 )

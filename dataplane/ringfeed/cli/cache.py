@@ -42,7 +42,7 @@ def cache(ctx, state_dir):
       ringfeed cache up ./ring                 # master, worker and FUSE; the ring of --hosts
       ls ./ring/demo/by-patient/train
       ringfeed cache status
-      ringfeed cache refresh demo/by-patient   # a new version of that split
+      ringfeed cache refresh                   # after making splits or versions while it runs
       ringfeed cache down
     """
     from ringfeed.cache import LocalCache
@@ -139,24 +139,21 @@ def cache_status(ctx, as_json):
 
 
 @cache.command("refresh")
-@click.argument("tree_path", metavar="[DATASET[/SPLIT]]", required=False)
 @click.pass_context
-def cache_refresh(ctx, tree_path):
-    """Show datasets, splits and split versions made since the tier listed their folders.
+def cache_refresh(ctx):
+    """Show splits and split versions made since FUSE listed or looked for them.
 
-    A split version never changes, so the tier lists each folder once and keeps it, and FUSE also remembers paths
-    looked up before they existed. Without an argument: the master lists the root and every dataset's folder again
-    from the ring (new datasets and splits show) and FUSE forgets what it remembered. With DATASET or
-    DATASET/SPLIT: everything under that folder is listed again, so a new version of a split replaces the listed
-    one.
+    A split version never changes, so FUSE keeps what it listed and looked up in its metadata cache (it also
+    remembers paths looked up before they existed). A split made later shows under its path without this; run it
+    when a listing misses a new split, after looking for a split before it was made, or after a new version of a
+    split the mount has read.
 
     \b
-      ringfeed cache refresh                   # a split looked for before it was made
-      ringfeed cache refresh demo/by-patient   # after `ringfeed split create demo by-patient ...` made v2
+      ringfeed split create demo_slides by-patient --group-by patient_id --seed 2   # v2
+      ringfeed cache refresh
     """
-    with console.status("refreshing the tree…"):
-        ctx.meta["cache"].refresh(tree_path)
-    console.print(f"refreshed {tree_path or 'the mount'}")
+    ctx.meta["cache"].refresh()
+    console.print("the mount shows the ring's splits as they are now")
 
 
 @cache.command("down")

@@ -138,4 +138,4 @@ def test_the_fuse_process_mounts_one_datasets_tree_for_other_users_with_the_pres
 
 def test_refresh_without_a_running_tier_says_what_to_do(tmp_path):
     with pytest.raises(RingfeedError, match="ringfeed cache up"):
-        LocalCache(tmp_path).refresh("images/by-file")
+        LocalCache(tmp_path).refresh()

@@ -38,10 +38,7 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
   private static final Logger LOG = LoggerFactory.getLogger(RingUnderFileSystem.class);
   private static final short DIRECTORY_MODE = 0555;
   private static final short FILE_MODE = 0444;
-  /**
-   * The splits read from the catalog serve the lookups of this long (the master loads a folder's files one lookup
-   * each). The master keeps what it loaded; `ringfeed cache refresh` makes it load a folder again.
-   */
+  /** The splits read from the catalog serve lookups this long (the master checks each file it is asked for). */
   private static final long SPLITS_TTL_MS = 1_000;
 
   private record TimedSplits(long readAtMs, Map<String, RingCatalog.Split> splits) {}
@@ -101,8 +98,10 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
     return timed.splits();
   }
 
+  /** A split not among those read last is looked for in the catalog again: it may have been made since. */
   private Optional<RingCatalog.Split> split(RingPath path) {
-    return Optional.ofNullable(splitsOf(path.dataset(), SPLITS_TTL_MS).get(path.split()));
+    RingCatalog.Split known = splitsOf(path.dataset(), SPLITS_TTL_MS).get(path.split());
+    return Optional.ofNullable(known != null ? known : splitsOf(path.dataset(), 0).get(path.split()));
   }
 
   private PartView part(RingCatalog.Dataset dataset, RingCatalog.Split split, String part) throws IOException {
