@@ -49,10 +49,10 @@ def wait_cache_ready(cluster: Cluster, ns: str) -> dict:
     return cluster.wait(f"the cache tier of {DATASET}", ready, timeout_s=360)
 
 
-def ring_files(store, part: str) -> dict[str, str]:
+def ring_files(store, part: str, split_name: str = SPLIT) -> dict[str, str]:
     """<class>/<uuid>.jpg → SHA-256 of the sample's bytes in the ring, for every sample of the part."""
     files = {}
-    for raw in load_split(store, CATALOG, SPLIT).uuids(part):
+    for raw in load_split(store, CATALOG, split_name).uuids(part):
         record = store.sample(CATALOG, uuid.UUID(bytes=raw.tobytes()))
         files[f"{CLASSES[record.label]}/{record.uuid}.jpg"] = hashlib.sha256(record.data).hexdigest()
     return files
@@ -101,6 +101,18 @@ def test_the_split_is_a_directory_tree_on_the_node_identical_to_the_ring(cluster
     by_role = {p.metadata.labels["app.kubernetes.io/component"]: p for p in pods}
     assert set(by_role) >= {"cache-master", "cache-worker", "cache-fuse"}
     assert not any(e.name.startswith("RINGFEED_") for e in by_role["cache-fuse"].spec.containers[0].env or ())
+
+
+def test_a_split_made_after_the_tree_was_listed_shows_on_the_node(cluster: Cluster, ns: str, split: dict, store):
+    """The tier lists each folder once; a Split applied after the dataset's folder was listed still shows under its
+    path (what a posix TrainingJob on a new Split reads), with no refresh."""
+    wait_cache_ready(cluster, ns)
+    mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt"
+    assert "later" not in {p.name for p in mount.iterdir()}
+    create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": "later"},
+                                   "spec": {"dataset": DATASET, "ratios": [1], "names": ["all"], "seed": 8}})
+    wait_ready(cluster, ns, "splits", "later")
+    assert tree(mount / "later" / "all") == ring_files(store, "all", "later")
 
 
 def test_a_posix_trainingjob_trains_two_epochs_with_imagefolder_reading_every_file_once(
