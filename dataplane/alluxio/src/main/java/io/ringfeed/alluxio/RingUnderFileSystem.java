@@ -154,7 +154,7 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
     if (path.depth() == 1) {
       List<UfsStatus> children = new ArrayList<>();
       if (withChildren) {
-        // A listing is asked for once per folder (or by `ringfeed cache refresh`): always the catalog as it is now.
+        // A listing reaches the extension only where FUSE's metadata cache misses it: the catalog as it is now.
         splitsOf(dataset.name(), 0).values()
             .forEach(split -> children.add(directory(split.name(), split.createdAtMs())));
       }
