@@ -92,10 +92,11 @@ def test_a_wrong_password_is_authentication_failed(login):
 def test_a_node_stopped_mid_epoch_is_ring_unavailable_and_its_retries_are_counted(password_node, login, tmp_path):
     name = "t_" + uuid.uuid4().hex[:12]
     with Store(login) as store:
-        raw_dataset(store, name, tmp_path, samples=400)
-    # Two small batches in flight: most of the epoch is still to be read when the node stops.
+        raw_dataset(store, name, tmp_path, samples=6000)
+    # The reader holds at most `memory_bytes` ahead of the trainer (its window grows to that on loopback), so a train
+    # part of ~3,000 × 16 kB (49 MB) is still partly unread when the node stops after the first batch.
     loader = Loader(name, "all", "train", batch_size=8, address=login, shuffle=False, concurrency=4, prefetch=1,
-                    max_retries=3)
+                    memory_bytes=32 * 2**20, max_retries=3)
     batches = iter(loader)
     next(batches)
     password_node.kill()
