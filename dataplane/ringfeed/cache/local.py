@@ -117,7 +117,7 @@ class LocalCache:
             progress(f"mounting the tree at {mount}")
             mount.mkdir(parents=True, exist_ok=True)
             fuse = self._start(java, "fuse", "-m", str(mount), "-a", "/", *fuse_options(tuned),
-                               heap=settings.fuse_heap)
+                               heap=settings.fuse_heap, tuned=tuned)
             while not self.mounted(mount):
                 if fuse.poll() is not None:
                     raise RingfeedError(f"Alluxio FUSE exited while mounting {mount}; see {self._log('fuse')}")
@@ -175,14 +175,14 @@ class LocalCache:
     def _log(self, name: str) -> Path:
         return self.state_dir / "logs" / f"{name}.out"
 
-    def _java_command(self, java: str, role: str, *args: str, heap: str) -> list[str]:
+    def _java_command(self, java: str, role: str, *args: str, heap: str, tuned: bool = True) -> list[str]:
         return self.runtime.java_command(java, role, *args, home=self.state_dir, conf_dir=self.state_dir / "conf",
-                                         logs_dir=self.state_dir / "logs", heap=heap)
+                                         logs_dir=self.state_dir / "logs", heap=heap, tuned=tuned)
 
-    def _start(self, java: str, name: str, *args: str, heap: str) -> subprocess.Popen:
+    def _start(self, java: str, name: str, *args: str, heap: str, tuned: bool = True) -> subprocess.Popen:
         log = open(self._log(name), "ab")
         # A new session: the tier outlives the command that started it.
-        proc = subprocess.Popen(self._java_command(java, name, *args, heap=heap), stdout=log,
+        proc = subprocess.Popen(self._java_command(java, name, *args, heap=heap, tuned=tuned), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=self.runtime.environment())
         log.close()

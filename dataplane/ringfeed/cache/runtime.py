@@ -18,7 +18,10 @@ from ringfeed.local.jars import cache_dir
 RUNTIME_ENV = "RINGFEED_ALLUXIO_RUNTIME"
 EXTENSION_JAR = "ringfeed-alluxio-ufs.jar"
 MAIN_CLASSES = {"master": "alluxio.master.AlluxioMaster", "worker": "alluxio.worker.AlluxioWorker",
-                "fuse": "alluxio.fuse.AlluxioFuse"}
+                "fuse": "io.ringfeed.alluxio.fuse.RingFuse"}
+# The FUSE process of a tier with Alluxio's defaults (tuned: false): Alluxio's own launcher. Ringfeed's
+# (dataplane/alluxio, io.ringfeed.alluxio.fuse) mounts the same file system with zero-message opens (docs/cache.md).
+ALLUXIO_FUSE_CLASS = "alluxio.fuse.AlluxioFuse"
 # Alluxio's logger types: each process logs to <type>.log (file logging) or names itself in the console's lines.
 LOGGERS = {"master": "MASTER_LOGGER", "worker": "WORKER_LOGGER", "fuse": "FUSE_LOGGER"}
 # Alluxio's default ports: RPC, and the web server that serves /metrics/prometheus/.
@@ -75,10 +78,12 @@ class AlluxioRuntime:
         return found[0].parent if found else None
 
     def java_command(self, java: str, role: str, *args: str, home: Path, conf_dir: Path, logs_dir: Path,
-                     heap: str, main_class: str | None = None) -> list[str]:
+                     heap: str, tuned: bool = True, main_class: str | None = None) -> list[str]:
         """The JVM of one of the tier's processes (``role``: master, worker, fuse), or of ``main_class`` (a tool,
-        e.g. the journal's format) with that role's logger."""
+        e.g. the journal's format) with that role's logger. An untuned FUSE process is Alluxio's own."""
         extra = ["-Dalluxio.fuse.jnifuse.libfuse.version=3"] if role == "fuse" else []
+        if role == "fuse" and not tuned:
+            main_class = main_class or ALLUXIO_FUSE_CLASS
         return [java, *jvm_flags(heap, cpu_count()), *extra,
                 f"-Dalluxio.home={home}", f"-Dalluxio.conf.dir={conf_dir}", f"-Dalluxio.logs.dir={logs_dir}",
                 f"-Dalluxio.logger.type={LOGGERS[role]}", f"-Dlog4j.configuration=file:{conf_dir / 'log4j.properties'}",

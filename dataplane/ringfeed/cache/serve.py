@@ -82,7 +82,7 @@ def command(settings: ServeSettings, runtime: AlluxioRuntime, java: str) -> list
         # allow_other: the mount is made by root for trainer containers running as other users.
         args = ["-m", str(settings.mount), "-a", settings.root, *fuse_options(settings.tuned, allow_other=True)]
     return runtime.java_command(java, settings.role, *args, home=settings.state_dir, conf_dir=settings.conf_dir,
-                                logs_dir=settings.state_dir / "logs", heap=settings.heap)
+                                logs_dir=settings.state_dir / "logs", heap=settings.heap, tuned=settings.tuned)
 
 
 def serve(settings: ServeSettings, ring: RingLogin | None, runtime: AlluxioRuntime | None = None) -> None:

@@ -186,6 +186,43 @@ def test_the_second_read_comes_from_the_workers_memory(mounted_tier, ring_datase
                                         if path.startswith(IMAGES + "/")}
 
 
+def read_calls(pid: int) -> int:
+    """Read system calls a process has made (all its threads): the FUSE process reads each request from /dev/fuse
+    with one."""
+    return int(next(line.split()[1] for line in Path(f"/proc/{pid}/io").read_text().splitlines()
+                    if line.startswith("syscr:")))
+
+
+def read_whole(path: Path) -> bytes:
+    """open, read to the end, close: the system calls alone. (Python's open() also asks the file whether it is a
+    terminal, an ioctl that FUSE passes to its process: one request per file that the tier cannot spare.)"""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def test_a_warm_read_sends_the_fuse_process_no_request(mounted_tier):
+    """Opens need no message (the tier's FUSE answers the first with ENOSYS) and the kernel keeps pages, entries and
+    attributes: opening, reading and closing every file again reaches the FUSE process with nothing. Alluxio's own
+    FUSE answered three requests per file (open, flush, release) even when every page was cached."""
+    tier, mount = mounted_tier
+    files = sorted(path for path in (mount / IMAGES).rglob("*") if path.is_file())
+    contents = [read_whole(path) for path in files]
+    assert contents == [path.read_bytes() for path in files]
+    fuse = next(process for process in tier.status() if process.name == "fuse")
+    before = read_calls(fuse.pid)
+    for _ in range(5):
+        assert [read_whole(path) for path in files] == contents
+    requests = read_calls(fuse.pid) - before
+    # The JVM's other threads may read a little meanwhile (its client's heartbeats), never one call per file.
+    assert requests < len(files) / 4, f"{requests} read calls of the FUSE process in 5 warm reads of {len(files)} files"
+
+
 def listening_addresses(pid: int) -> set[str]:
     """Local addresses of the listening TCP sockets a process holds (from /proc: its socket inodes)."""
     inodes = set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -128,10 +129,13 @@ def test_the_fuse_process_mounts_one_datasets_tree_for_other_users_with_the_pres
     argv = command(settings, AlluxioRuntime(Path("/opt/alluxio")), "/usr/bin/java")
     assert argv[0] == "/usr/bin/java" and "-Xmx512m" in argv
     assert "-Dalluxio.fuse.jnifuse.libfuse.version=3" in argv
-    main = argv.index("alluxio.fuse.AlluxioFuse")
+    main = argv.index("io.ringfeed.alluxio.fuse.RingFuse")  # zero-message opens
     assert argv[main + 1:main + 5] == ["-m", "/cache/ml/demo/mnt", "-a", "/demo"]
     options = argv[main + 5:][1::2]
     assert options[:2] == ["ro", "allow_other"] and "max_idle_threads=64" in options
+    untuned = command(dataclasses.replace(settings, tuned=False), AlluxioRuntime(Path("/opt/alluxio")), "java")
+    main = untuned.index("alluxio.fuse.AlluxioFuse")  # Alluxio's defaults: Alluxio's own FUSE
+    assert untuned[main + 1:main + 5] == ["-m", "/cache/ml/demo/mnt", "-a", "/demo"]
     master = command(ServeSettings(role="master", placement=POD), AlluxioRuntime(Path("/opt/alluxio")), "java")
     assert master[-1] == "alluxio.master.AlluxioMaster" and "-cp" in master
 
