@@ -31,7 +31,7 @@ final class OpenFile implements AutoCloseable {
     int total = 0;
     while (total < size) {
       int read = stream.read(buffer, total, size - total);
-      if (read < 0) {
+      if (read <= 0) { // the end (-1), or a stream that makes no progress
         break;
       }
       total += read;
