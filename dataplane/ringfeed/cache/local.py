@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ringfeed.cache.preset import Placement, fuse_options, render_properties, ring_mount_options, site_properties
-from ringfeed.cache.runtime import LOG4J_FILE, LOGGERS, WEB_PORTS, AlluxioRuntime
+from ringfeed.cache.runtime import LOG4J_FILE, LOGGERS, WEB_PORTS, AlluxioRuntime, unmount_stale
 from ringfeed.errors import RingfeedError
 from ringfeed.local.jars import require_java
 from ringfeed.local.ring import live_pid, stop_process, tree_size
@@ -113,6 +113,8 @@ class LocalCache:
             if self._running_pid(name) is None:
                 progress(f"starting the Alluxio {name}")
                 self._wait_ready(name, self._start(java, name, heap=heap), deadline)
+        if self._running_pid("fuse") is None:
+            unmount_stale(mount)
         if not self.mounted(mount):
             progress(f"mounting the tree at {mount}")
             mount.mkdir(parents=True, exist_ok=True)

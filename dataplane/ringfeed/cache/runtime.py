@@ -1,6 +1,6 @@
-"""Alluxio's runtime as the cache tier runs it: the jars, Ringfeed's under-storage extension, libfuse3, and the
-command line of each process. The local tier (``ringfeed cache up``) and the Kubernetes image (``ringfeed cache
-serve``) start their JVMs from here.
+"""Alluxio's runtime as the cache tier runs it: the jars, Ringfeed's under-storage extension, libfuse3, the
+command line of each process, and the mount a dead FUSE process leaves. The local tier (``ringfeed cache up``) and
+the Kubernetes image (``ringfeed cache serve``) start their JVMs from here.
 
 On a machine: ``make alluxio`` builds the runtime under ``$RINGFEED_CACHE/alluxio`` (libfuse3 unpacked there). In the
 image (images/alluxio): ``RINGFEED_ALLUXIO_RUNTIME=/opt/alluxio`` and Debian's libfuse3 installed."""
@@ -106,3 +106,13 @@ class AlluxioRuntime:
         if proc.returncode != 0:
             raise RingfeedError("formatting the master's journal failed: "
                                 + " | ".join((proc.stdout + proc.stderr).splitlines()[-3:]))
+
+
+def unmount_stale(mount: Path) -> None:
+    """A FUSE process that died leaves its mount behind, answering every call with ENOTCONN: detach it before
+    mounting again (the trainers' HostToContainer mounts then see the new one)."""
+    target = os.path.realpath(mount)
+    with open("/proc/mounts") as mounts:
+        mounted = any(line.split()[1] == target for line in mounts)
+    if mounted:
+        subprocess.run(["umount", "-l", target], check=False, capture_output=True)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 from pathlib import Path
 
 from ringfeed.cache.preset import Placement, fuse_options, render_properties, ring_mount_options, site_properties
-from ringfeed.cache.runtime import LOG4J_CONSOLE, AlluxioRuntime
+from ringfeed.cache.runtime import LOG4J_CONSOLE, AlluxioRuntime, unmount_stale
 from ringfeed.errors import RingfeedError
 from ringfeed.local.jars import require_java
 
@@ -111,14 +110,3 @@ def serve(settings: ServeSettings, ring: RingLogin | None, runtime: AlluxioRunti
         settings.mount.mkdir(parents=True, exist_ok=True)
     argv = command(settings, runtime, java)
     os.execve(argv[0], argv, runtime.environment())
-
-
-def unmount_stale(mount: Path) -> None:
-    """A FUSE process that died leaves its mount behind, answering every call with ENOTCONN: detach it before
-    mounting again (the trainers' HostToContainer mounts then see the new one)."""
-    target = os.path.realpath(mount)
-    with open("/proc/mounts") as mounts:
-        mounted = any(line.split()[1] == target for line in mounts)
-    if mounted:
-        subprocess.run(["umount", "-l", target], check=False, capture_output=True)
-

@@ -5,11 +5,14 @@ raw tensors (flat .npy files and labels.csv)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import ipaddress
 import os
+import signal
 import subprocess
+import time
 import uuid
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -303,3 +306,22 @@ def test_a_split_made_after_more_ingest_shows_every_new_file(mounted_tier, ring_
     assert sorted(os.listdir(split)) == ["a", "b"]
     for part in ("a", "b"):
         assert {uuid.UUID(path.stem) for path in (split / part).rglob("*.jpg")} == members[part]
+
+
+def test_a_killed_fuse_process_is_mounted_again_by_up(mounted_tier, cassandra_node):
+    """A FUSE process killed outright leaves its mount dead (ENOTCONN); `ringfeed cache up` again detaches it and
+    mounts anew, and the tree reads as before."""
+    tier, mount = mounted_tier
+    before = read_tree(mount, IMAGES)
+    fuse = next(process for process in tier.status() if process.name == "fuse")
+    os.kill(fuse.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while fuse.pid in {process.pid for process in tier.status() if process.running}:
+        assert time.monotonic() < deadline, "the FUSE process outlived SIGKILL by 30 s"
+        time.sleep(0.2)
+    with pytest.raises(OSError) as dead:
+        read_tree(mount, IMAGES)
+    # ENOTCONN; a request the kernel had sent before the process died fails with ECONNABORTED
+    assert dead.value.errno in (errno.ENOTCONN, errno.ECONNABORTED), dead.value
+    tier.up(cassandra_node.hosts, 9042, mount, memory_bytes=256 << 20, host="127.0.40.1")
+    assert read_tree(mount, IMAGES) == before
