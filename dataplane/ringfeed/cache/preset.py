@@ -158,9 +158,9 @@ FUSE_KERNEL_OPTIONS = ("kernel_cache", "attr_timeout=7200", "entry_timeout=7200"
 
 
 def fuse_options(tuned: bool = True, allow_other: bool = False) -> list[str]:
-    """libfuse mount options of AlluxioFuse: read-only; with the preset, more idle worker threads and the kernel's
-    caches kept; ``allow_other`` where the mount is made by root for other users (trainer containers on
-    Kubernetes)."""
+    """libfuse mount options of the FUSE process (RingFuse; AlluxioFuse untuned): read-only; with the preset, more
+    idle worker threads and the kernel's caches kept; ``allow_other`` where the mount is made by root for other users
+    (trainer containers on Kubernetes)."""
     options = ["ro", *(["allow_other"] if allow_other else [])]
     if tuned:
         options += [f"max_idle_threads={FUSE_MAX_IDLE_THREADS}", *FUSE_KERNEL_OPTIONS]
