@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ringfeed.cache import LocalCache
+from ringfeed.cache import LocalCache, ProcessStatus
 from ringfeed.cache.runtime import runtime_dir
 from ringfeed.ids import sample_uuid
 from ringfeed.ingest import ingest
@@ -189,6 +189,10 @@ def test_the_second_read_comes_from_the_workers_memory(mounted_tier, ring_datase
                                         if path.startswith(IMAGES + "/")}
 
 
+def fuse_process(tier: LocalCache) -> ProcessStatus:
+    return next(process for process in tier.status() if process.name == "fuse")
+
+
 def read_calls(pid: int) -> int:
     """Read system calls a process has made (all its threads): the FUSE process reads each request from /dev/fuse
     with one."""
@@ -217,7 +221,7 @@ def test_a_warm_read_sends_the_fuse_process_no_request(mounted_tier):
     files = sorted(path for path in (mount / IMAGES).rglob("*") if path.is_file())
     contents = [read_whole(path) for path in files]
     assert contents == [path.read_bytes() for path in files]
-    fuse = next(process for process in tier.status() if process.name == "fuse")
+    fuse = fuse_process(tier)
     before = read_calls(fuse.pid)
     for _ in range(5):
         assert [read_whole(path) for path in files] == contents
@@ -313,7 +317,7 @@ def test_a_killed_fuse_process_is_mounted_again_by_up(mounted_tier, cassandra_no
     mounts anew, and the tree reads as before."""
     tier, mount = mounted_tier
     before = read_tree(mount, IMAGES)
-    fuse = next(process for process in tier.status() if process.name == "fuse")
+    fuse = fuse_process(tier)
     os.kill(fuse.pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
     while fuse.pid in {process.pid for process in tier.status() if process.running}:

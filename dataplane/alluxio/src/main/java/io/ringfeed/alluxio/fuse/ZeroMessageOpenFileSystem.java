@@ -2,6 +2,7 @@ package io.ringfeed.alluxio.fuse;
 
 import alluxio.AlluxioURI;
 import alluxio.client.file.FileSystem;
+import alluxio.client.file.URIStatus;
 import alluxio.exception.AlluxioException;
 import alluxio.exception.FileDoesNotExistException;
 import alluxio.exception.runtime.NotFoundRuntimeException;
@@ -9,6 +10,7 @@ import alluxio.fuse.AlluxioFuseUtils;
 import alluxio.fuse.AlluxioJniFuseFileSystem;
 import alluxio.fuse.FuseConstants;
 import alluxio.fuse.FuseUmountable;
+import alluxio.grpc.OpenFilePOptions;
 import alluxio.jnifuse.AbstractFuseFileSystem;
 import alluxio.jnifuse.ErrorCodes;
 import alluxio.jnifuse.struct.FileStat;
@@ -130,10 +132,10 @@ public final class ZeroMessageOpenFileSystem extends AbstractFuseFileSystem impl
   }
 
   private OpenFile open(String path) throws IOException, AlluxioException {
-    AlluxioURI uri = uris.getUnchecked(path);
-    // Both answered from the client's metadata cache after the kernel's lookup.
-    long length = fileSystem.getStatus(uri).getLength();
-    return new OpenFile(fileSystem.openFile(uri), length);
+    // Answered from the client's metadata cache after the kernel's lookup; the stream opens from it (openFile(uri)
+    // would look the status up again).
+    URIStatus status = fileSystem.getStatus(uris.getUnchecked(path));
+    return new OpenFile(fileSystem.openFile(status, OpenFilePOptions.getDefaultInstance()), status.getLength());
   }
 
   @Override

@@ -68,26 +68,28 @@ class OpenFileTest {
     return bytes;
   }
 
+  /** Reads {@code size} bytes at {@code offset} of {@code bytes} through an OpenFile whose stream gives at most
+   * {@code chunk} bytes a call; checks the count and the bytes against the file's own. */
+  private static void assertReads(byte[] bytes, int chunk, int size, long offset, int expected) throws IOException {
+    OpenFile file = new OpenFile(new BytesInStream(bytes, chunk), bytes.length);
+    ByteBuffer buffer = ByteBuffer.allocateDirect(size);
+    assertEquals(expected, file.read(buffer, size, offset));
+    byte[] read = new byte[expected];
+    buffer.get(0, read);
+    assertArrayEquals(Arrays.copyOfRange(bytes, (int) offset, (int) offset + expected), read);
+  }
+
   @Test
   void aReadAtAnOffsetFillsTheBufferAcrossTheStreamsShortReads() throws IOException {
-    byte[] bytes = sample(300_000);
-    OpenFile file = new OpenFile(new BytesInStream(bytes, 4096), bytes.length);
-    ByteBuffer buffer = ByteBuffer.allocateDirect(131_072);
-    assertEquals(131_072, file.read(buffer, 131_072, 100_000));
-    byte[] read = new byte[131_072];
-    buffer.get(0, read);
-    assertArrayEquals(Arrays.copyOfRange(bytes, 100_000, 231_072), read);
+    assertReads(sample(300_000), 4096, 131_072, 100_000, 131_072);
   }
 
   @Test
   void theTailGivesWhatIsLeftAndPastTheEndGivesNothing() throws IOException {
     byte[] bytes = sample(10_000);
+    assertReads(bytes, 1000, 8192, 8192, 1808);
     OpenFile file = new OpenFile(new BytesInStream(bytes, 1000), bytes.length);
     ByteBuffer buffer = ByteBuffer.allocateDirect(8192);
-    assertEquals(1808, file.read(buffer, 8192, 8192));
-    byte[] tail = new byte[1808];
-    buffer.get(0, tail);
-    assertArrayEquals(Arrays.copyOfRange(bytes, 8192, 10_000), tail);
     assertEquals(0, file.read(buffer, 8192, 10_000));
     assertEquals(0, file.read(buffer, 0, 0));
   }
