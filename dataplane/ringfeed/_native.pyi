@@ -79,6 +79,7 @@ class Session:
         tls_ca_file: str | None = None,
         local_dc: str | None = None,
         connections_per_node: int = 1,
+        tls_server_name: str | None = None,
     ) -> None:
         """Connects (GIL released), ``connections_per_node`` connections to each node (one connection carries at
         most its socket's receive buffer per round trip: a long link needs several).
@@ -87,7 +88,8 @@ class Session:
         the ring's datacenters when no node is there.
 
         ``consistency`` is one of ONE, TWO, LOCAL_ONE, QUORUM, LOCAL_QUORUM, ALL. With ``tls_ca_file`` (PEM) every
-        connection uses TLS; a node's certificate must be signed by that CA and name the node's IP address.
+        connection uses TLS; a node's certificate must be signed by that CA and name the node's IP address, or
+        ``tls_server_name`` where one is given (a Ring's nodes carry their Service's name).
         Raises Unreachable or AuthenticationFailed (one-line message) if it cannot connect, ConnectionError for a
         datacenter without nodes, ValueError for a bad argument.
         """

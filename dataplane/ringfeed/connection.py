@@ -17,7 +17,8 @@ class ClusterAddress:
     """Contact points of a ring. Environment defaults match the local ring of ``ringfeed local up``.
 
     ``tls_ca_file``: a PEM CA certificate; when set, every connection uses TLS and verifies each node's certificate
-    against that CA and the node's IP address.
+    against that CA and the node's IP address, or ``tls_server_name`` where one is given (every node of a Ring
+    carries its Service's name: the Pods' addresses are not known when their certificates are made).
     ``local_dc``: a datacenter name; when set, requests go to that datacenter's nodes only (token-aware within it),
     and connecting fails with the ring's datacenters when it has no node there.
     """
@@ -28,6 +29,7 @@ class ClusterAddress:
     password: str | None = dataclasses.field(default=None, repr=False)
     tls_ca_file: str | None = None
     local_dc: str | None = None
+    tls_server_name: str | None = None
 
     @classmethod
     def from_env(cls) -> ClusterAddress:
@@ -43,7 +45,8 @@ class ClusterAddress:
         """Which ring this is, without what logs in to it."""
         from ringfeed.ring import RingRef
 
-        return RingRef(self.hosts, self.port, self.local_dc, tls=bool(self.tls_ca_file))
+        return RingRef(self.hosts, self.port, self.local_dc, tls=bool(self.tls_ca_file),
+                       tls_server_name=self.tls_server_name)
 
     @property
     def where(self) -> str:
@@ -59,6 +62,6 @@ class ClusterAddress:
         try:
             return _native.Session(list(self.hosts), self.port, self.username, self.password, consistency,
                                    tls_ca_file=self.tls_ca_file, local_dc=self.local_dc or None,
-                                   connections_per_node=connections_per_node)
+                                   connections_per_node=connections_per_node, tls_server_name=self.tls_server_name)
         except ring_failures() as exc:
             raise ring_error(exc, where=self.where) from None

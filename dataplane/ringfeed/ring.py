@@ -27,6 +27,7 @@ HOSTS_ENV = "RINGFEED_HOSTS"
 PORT_ENV = "RINGFEED_PORT"
 LOCAL_DC_ENV = "RINGFEED_LOCAL_DC"
 TLS_CA_FILE_ENV = "RINGFEED_TLS_CA_FILE"
+TLS_SERVER_NAME_ENV = "RINGFEED_TLS_SERVER_NAME"
 USERNAME_ENV = "RINGFEED_USERNAME"
 PASSWORD_ENV = "RINGFEED_PASSWORD"
 DEFAULT_HOSTS = "127.0.0.1"  # the ring of `ringfeed local up`
@@ -67,6 +68,31 @@ class ProvisionedRing:
         return f"{self.service}.{namespace}.svc" if namespace else self.service
 
     @property
+    def ca_secret(self) -> str:
+        """The Ring's CA (certificate and key: the operator's alone; clients mount its ca.crt)."""
+        return f"{self.name}-ca"
+
+    @property
+    def node_tls_secret(self) -> str:
+        """The nodes' key and certificate for CQL and internode TLS (mounted into the Cassandra containers)."""
+        return f"{self.name}-node-tls"
+
+    @property
+    def management_server_secret(self) -> str:
+        """The Management API's server certificate (cass-operator's format: ca.crt, tls.crt, tls.key)."""
+        return f"{self.name}-maac-server"
+
+    @property
+    def management_client_secret(self) -> str:
+        """cass-operator's client certificate for the Management API (mutual TLS)."""
+        return f"{self.name}-maac-client"
+
+    def server_names(self, namespace: str) -> tuple[str, ...]:
+        """Every name a client may reach the nodes by, as ``host`` gives it: what the nodes' certificate names."""
+        return (self.service, f"{self.service}.{namespace}", f"{self.service}.{namespace}.svc",
+                f"{self.service}.{namespace}.svc.cluster.local")
+
+    @property
     def superuser_secret(self) -> str:
         return f"{self.name}-superuser"
 
@@ -89,7 +115,8 @@ class ProvisionedRing:
 class RingRef:
     """A ring: its contact points and CQL port, the datacenter requests stay in, whether it is reached with TLS.
 
-    ``tls``: connections verify each node's certificate against a CA certificate that the login supplies.
+    ``tls``: connections verify each node's certificate against a CA certificate that the login supplies, and its
+    name: the node's IP address, or ``tls_server_name`` where one is given (a Ring's: its Service's host name).
     ``local_dc``: requests go to that datacenter's nodes only (token-aware within it).
     """
 
@@ -97,6 +124,7 @@ class RingRef:
     port: int = DEFAULT_PORT
     local_dc: str | None = None
     tls: bool = False
+    tls_server_name: str | None = None
 
     def __post_init__(self) -> None:
         if not self.hosts or not all(self.hosts):
@@ -106,22 +134,27 @@ class RingRef:
             raise RingfeedError(f"port {self.port} is not a TCP port (1-65535)", f"--port ({PORT_ENV}) sets it")
 
     @classmethod
-    def parse(cls, hosts: str, port: int | str, local_dc: str | None, tls: bool) -> RingRef:
-        """From the strings of the command line or the environment: comma-separated hosts, empty = no datacenter."""
+    def parse(cls, hosts: str, port: int | str, local_dc: str | None, tls: bool,
+              tls_server_name: str | None = None) -> RingRef:
+        """From the strings of the command line or the environment: comma-separated hosts, empty = no datacenter
+        or server name."""
         try:
             number = int(port)
         except ValueError:
             raise RingfeedError(f"port {port!r} is not a number", f"--port ({PORT_ENV}) sets it") from None
-        return cls(tuple(h.strip() for h in hosts.split(",") if h.strip()), number, local_dc or None, tls)
+        return cls(tuple(h.strip() for h in hosts.split(",") if h.strip()), number, local_dc or None, tls,
+                   tls_server_name or None)
 
     @classmethod
     def from_spec(cls, storage: Mapping, namespace: str | None = None) -> RingRef:
         """A Dataset's spec.storage (the schema has validated it); StorageNotSupported for a K8ssandraCluster. A
         Ring is reached through its Service, in ``namespace`` (the Dataset's) when given (see
-        ``ProvisionedRing.host``), and its datacenter is the local one."""
+        ``ProvisionedRing.host``), with TLS, its nodes' certificates checked against that host name, and its
+        datacenter is the local one."""
         if "ring" in storage:
             ring = ProvisionedRing(storage["ring"]["name"])
-            return cls((ring.host(namespace),), DEFAULT_PORT, ring.datacenter, False)
+            host = ring.host(namespace)
+            return cls((host,), DEFAULT_PORT, ring.datacenter, True, host)
         external = _external(storage)
         return cls(tuple(external["contactPoints"]), external.get("port", DEFAULT_PORT),
                    external.get("localDatacenter") or None, bool((external.get("tls") or {}).get("enabled")))
@@ -130,7 +163,8 @@ class RingRef:
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> RingRef:
         """What ``to_env`` wrote (a Job's environment), or a user's RINGFEED_* variables."""
         return cls.parse(environ.get(HOSTS_ENV, DEFAULT_HOSTS), environ.get(PORT_ENV, DEFAULT_PORT),
-                         environ.get(LOCAL_DC_ENV), bool(environ.get(TLS_CA_FILE_ENV)))
+                         environ.get(LOCAL_DC_ENV), bool(environ.get(TLS_CA_FILE_ENV)),
+                         environ.get(TLS_SERVER_NAME_ENV))
 
     def to_env(self) -> dict[str, str]:
         """The variables from which a Job's ``ringfeed`` finds this ring; the login (a Secret's values, the CA
@@ -140,6 +174,8 @@ class RingRef:
             env[LOCAL_DC_ENV] = self.local_dc
         if self.tls:
             env[TLS_CA_FILE_ENV] = JOB_TLS_CA_FILE
+        if self.tls_server_name:
+            env[TLS_SERVER_NAME_ENV] = self.tls_server_name
         return env
 
     @property
@@ -153,7 +189,8 @@ class RingRef:
         if self.tls != bool(tls_ca_file):
             raise RingfeedError("TLS needs a CA certificate file, and a CA certificate file means TLS: "
                                 f"{self} with tls_ca_file={tls_ca_file!r}")
-        return ClusterAddress(self.hosts, self.port, username, password, tls_ca_file, self.local_dc)
+        return ClusterAddress(self.hosts, self.port, username, password, tls_ca_file, self.local_dc,
+                              self.tls_server_name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +230,7 @@ class RingSecrets:
         if "ring" in storage:
             ring = ProvisionedRing(storage["ring"]["name"])
             return cls(credentials=CredentialsSecret(ring.superuser_secret),
+                       ca_certificate=SecretKey(ring.ca_secret, "ca.crt"),
                        reader=CredentialsSecret(ring.reader_secret))
         external = _external(storage)
         credentials = external.get("credentialsSecret")

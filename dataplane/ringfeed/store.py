@@ -100,14 +100,17 @@ class Store:
         auth = (PlainTextAuthProvider(self.address.username, self.address.password)
                 if self.address.username else None)
         tls = None
+        tls_options = {"server_hostname": self.address.tls_server_name} if self.address.tls_server_name else None
         if self.address.tls_ca_file:
-            # As the native session: the node's certificate is checked against the CA and the node's IP address.
+            # As the native session: the node's certificate is checked against the CA and the node's IP address,
+            # or the ring's server name.
             try:
                 tls = ssl.create_default_context(cafile=self.address.tls_ca_file)
             except (OSError, ssl.SSLError) as exc:
                 raise RingfeedError(f"TLS: cannot read the CA certificate {self.address.tls_ca_file}: {exc}") from None
         self._cluster = Cluster(
             list(self.address.hosts), port=self.address.port, auth_provider=auth, protocol_version=5, ssl_context=tls,
+            ssl_options=tls_options,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
             # A restarted node should be back in use within a second, not after exponential back-off.
             reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),

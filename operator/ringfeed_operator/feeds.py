@@ -1,28 +1,30 @@
 """What the loader sidecars report on their HTTP port (``ringfeed serve``'s ``/status``): the operator reads it
-through the Pod network to fill a TrainingJob's status."""
+through the Pod network to fill a TrainingJob's status, and pauses the feed before a suspension with the job's
+control token (the sidecar refuses a pause without it)."""
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
 from ringfeed_operator.builders.trainingjob import SIDECAR_PORT
+from ringfeed_operator.tenant_http import ReplyRefused, request
 
 TIMEOUT_S = 2.0
+STATUS_LIMIT_BYTES = 256 * 1024  # a sidecar's /status is about 1 kB
 
 
-def feed_status(pod: dict, pause: bool = False) -> dict | None:
-    """The sidecar's report, or None while it cannot give one (starting, restarting, its Pod gone). With `pause`,
-    the sidecar first stops handing out batches, so that its position is final (before a suspension)."""
+def feed_status(pod: dict, pause_token: str | None = None) -> dict | None:
+    """The sidecar's report, or None while it cannot give one (starting, restarting, its Pod gone, an answer out of
+    bounds). With `pause_token`, the sidecar first stops handing out batches, so that its position is final (before
+    a suspension)."""
     ip = (pod.get("status") or {}).get("podIP")
     if not ip:
         return None
-    url = f"http://{ip}:{SIDECAR_PORT}/{'pause' if pause else 'status'}"
+    url = f"http://{ip}:{SIDECAR_PORT}/{'pause' if pause_token else 'status'}"
+    headers = {"Authorization": f"Bearer {pause_token}"} if pause_token else {}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="POST" if pause else "GET"),
-                                    timeout=TIMEOUT_S) as reply:
-            report = json.loads(reply.read())
-    except (OSError, ValueError, urllib.error.URLError):
+        report = json.loads(request(url, method="POST" if pause_token else "GET", headers=headers,
+                                    limit_bytes=STATUS_LIMIT_BYTES, timeout_s=TIMEOUT_S))
+    except (OSError, ValueError, ReplyRefused):
         return None
-    return report if report.get("ready") else None
+    return report if isinstance(report, dict) and report.get("ready") else None

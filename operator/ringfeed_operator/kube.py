@@ -166,6 +166,24 @@ class Kube:
                 raise
             return False
 
+    def read_secret(self, namespace: str, name: str) -> dict | None:
+        """A Secret as the API gives it (base64 data), or None."""
+        try:
+            return self._api.sanitize_for_serialization(self._core.read_namespaced_secret(name, namespace))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def put_secret(self, namespace: str, manifest: dict) -> None:
+        """Create the Secret, or give an existing one the manifest's values and annotations (a renewal)."""
+        name = manifest["metadata"]["name"]
+        if _create_unless_exists(lambda: self._core.create_namespaced_secret(namespace, cast(V1Secret, manifest))):
+            return
+        self._core.patch_namespaced_secret(name, namespace, {
+            "metadata": {"annotations": manifest["metadata"].get("annotations") or {}},
+            "stringData": manifest["stringData"]})
+
     def release_secret(self, namespace: str, name: str, finalizer: str) -> None:
         """Take `finalizer` off a Secret (gone or without it: nothing to do)."""
         try:

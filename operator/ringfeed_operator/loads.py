@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections.abc import Sequence
 
 from ringfeed_operator.builders.ring import MAAC_METRICS_PORT, NodeLoad, node_load, ring_load
+from ringfeed_operator.tenant_http import ReplyRefused, request
+
+# A node's whole Prometheus text (every Cassandra table's metrics): a few MB on a ring with many tables.
+METRICS_LIMIT_BYTES = 64 * 1024 * 1024
 
 
 class RingLoads:
     """The last reading of every node of every Ring this operator watches."""
 
-    def __init__(self, timeout_s: float = 3.0):
+    def __init__(self, timeout_s: float = 10.0):
         self._timeout_s = timeout_s
         self._last: dict[tuple[str, str], dict[str, NodeLoad]] = {}
         self._lock = threading.Lock()
@@ -28,10 +31,9 @@ class RingLoads:
             if not address:
                 continue
             try:
-                url = f"http://{address}:{MAAC_METRICS_PORT}/metrics"
-                with urllib.request.urlopen(url, timeout=self._timeout_s) as r:
-                    text = r.read().decode()
-            except OSError:
+                text = request(f"http://{address}:{MAAC_METRICS_PORT}/metrics", limit_bytes=METRICS_LIMIT_BYTES,
+                               timeout_s=self._timeout_s).decode()
+            except (OSError, ReplyRefused, UnicodeDecodeError):
                 continue
             if load := node_load(text, time.monotonic()):
                 now[pod["metadata"]["name"]] = load

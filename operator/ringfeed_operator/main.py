@@ -24,6 +24,8 @@ from ringfeed_operator.metrics import counted
 # Annotations and the finalizer carry Ringfeed's domain.
 ANNOTATION_PREFIX = "operator.ringfeed.io"
 FINALIZER = "ringfeed.io/protect"
+# How often a Ring's certificates are checked for renewal: far below the shortest validity allowed (an hour).
+CERTIFICATE_CHECK_S = 60
 
 
 def run(config: Config) -> None:
@@ -151,6 +153,12 @@ def reconcile_ring(**kwargs) -> None:
 @counted("Ring")
 def watch_ring(**kwargs) -> None:
     ring.watch(**kwargs)
+
+
+@kopf.timer(*RINGS, interval=CERTIFICATE_CHECK_S, initial_delay=CERTIFICATE_CHECK_S)
+@counted("Ring")
+def renew_ring_certificates(**kwargs) -> None:
+    ring.renew_certificates(**kwargs)
 
 
 @kopf.on.delete(*RINGS)

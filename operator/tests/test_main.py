@@ -35,6 +35,7 @@ REGISTRATIONS = {
     ("changing", "reconcile_trainingjob/spec", "update", ("spec",), None, "trainingjobs", None),
     ("indexing", "datasets_by_ring", None, None, None, "datasets", None),
     ("spawning", "watch_ring", None, None, 5.0, "rings", None),
+    ("spawning", "renew_ring_certificates", None, None, 60.0, "rings", None),
     ("changing", "reconcile_ring", None, None, None, "rings", None),   # resume
     ("changing", "reconcile_ring", "create", None, None, "rings", None),
     ("changing", "reconcile_ring/spec", "update", ("spec",), None, "rings", None),

@@ -8,6 +8,7 @@ import datetime as dt
 
 import pytest
 
+from ringfeed_operator.builders.datacenter import datacenter, heap_option
 from ringfeed_operator.builders.ring import (
     LATENCY_P99,
     READS_PER_SECOND,
@@ -23,14 +24,13 @@ from ringfeed_operator.builders.ring import (
     autoscale,
     cleanup_task,
     credentials_secret,
-    datacenter,
     decide,
-    heap_option,
     node_load,
     node_selector,
     observe,
     ring_env,
     ring_load,
+    ring_volumes,
     step_annotations,
     step_finished_at,
     step_status,
@@ -77,7 +77,11 @@ def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
     assert spec["podTemplateSpec"]["metadata"] == {
         "labels": {"ringfeed.io/ring": "images"},
         "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9000", "prometheus.io/path": "/metrics"}}
-    assert spec["podTemplateSpec"]["spec"] == {"containers": []}  # required by the schema; cass-operator adds its own
+    # the nodes' certificate in the Cassandra container, merged by cass-operator into its own container
+    assert spec["podTemplateSpec"]["spec"] == {
+        "containers": [{"name": "cassandra", "volumeMounts": [
+            {"name": "ringfeed-node-tls", "mountPath": "/etc/ringfeed/ring-tls", "readOnly": True}]}],
+        "volumes": [{"name": "ringfeed-node-tls", "secret": {"secretName": "images-node-tls"}}]}
     own_image = copy.deepcopy(RING)
     own_image["spec"].update(image="mine/cassandra:5.0.9", allowMultipleNodesPerWorker=True)
     own_image["spec"]["storage"] = {}
@@ -107,6 +111,30 @@ def test_secrets_and_cleanup_tasks_belong_to_the_ring():
     assert task["spec"] == {"datacenter": {"name": "images", "namespace": "ml"},
                             "jobs": [{"name": "cleanup-images", "command": "cleanup"}]}
     assert node_selector("images") == "cassandra.datastax.com/cluster=images,cassandra.datastax.com/datacenter=images"
+
+
+def test_a_ring_speaks_only_tls_and_its_management_api_only_mutual_tls():
+    spec = datacenter(RING, IMAGE)["spec"]
+    yaml = spec["config"]["cassandra-yaml"]
+    client = yaml["client_encryption_options"]
+    assert client["enabled"] is True and client["optional"] is False  # a plaintext client is refused
+    assert client["keystore"] == "/etc/ringfeed/ring-tls/node.pem"
+    internode = yaml["server_encryption_options"]
+    assert internode["internode_encryption"] == "all" and internode["require_client_auth"] is True
+    assert internode["truststore"] == "/etc/ringfeed/ring-tls/ca.crt"
+    assert spec["managementApiAuth"] == {"manual": {"clientSecretName": "images-maac-client",
+                                                    "serverSecretName": "images-maac-server"}}
+
+
+def test_jobs_verify_a_rings_nodes_against_its_ca_and_service_name():
+    storage = {"ring": {"name": "images"}}
+    env = {e["name"]: e.get("value") for e in ring_env(storage)}
+    assert env["RINGFEED_TLS_CA_FILE"] == "/etc/ringfeed/tls/ca.crt"
+    assert env["RINGFEED_TLS_SERVER_NAME"] == env["RINGFEED_HOSTS"] == "images-images-service"
+    volumes, mounts = ring_volumes(storage)
+    assert volumes == [{"name": "ring-ca", "secret": {"secretName": "images-ca",
+                                                      "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]
+    assert mounts == [{"name": "ring-ca", "mountPath": "/etc/ringfeed/tls", "readOnly": True}]
 
 
 def test_loaders_read_with_the_reader_and_jobs_write_with_the_superuser():

@@ -13,9 +13,12 @@ from test_cache_builders import CACHE, cached
 
 from ringfeed.cli import main as ringfeed_cli
 from ringfeed_operator.builders.trainingjob import (
+    CONTROL_DIR,
+    CONTROL_KEY,
     FEED_DIR,
     POSITIONS_ANNOTATION,
     SIDECAR,
+    control_secret,
     phase,
     rank_job,
     rank_progress,
@@ -93,6 +96,20 @@ def test_a_tls_ring_mounts_its_ca_into_the_sidecar_only():
     ca = next(v["name"] for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "ring-ca")
     assert ca in {m["name"] for m in pod["initContainers"][0]["volumeMounts"]}
     assert ca not in {m["name"] for c in pod["containers"] for m in c["volumeMounts"]}
+
+
+def test_the_control_token_reaches_the_sidecar_only():
+    body = trainingjob()
+    secret = control_secret(body, "t0ken")
+    assert secret["metadata"]["name"] == "resnet-slides-control" and secret["stringData"] == {CONTROL_KEY: "t0ken"}
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == body["metadata"]["uid"]
+    pod = job_of(body)["spec"]["template"]["spec"]
+    control = next(v["name"] for v in pod["volumes"]
+                   if v.get("secret", {}).get("secretName") == secret["metadata"]["name"])
+    sidecar = pod["initContainers"][0]
+    assert {"name": control, "mountPath": CONTROL_DIR, "readOnly": True} in sidecar["volumeMounts"]
+    assert f"--control-token-file={CONTROL_DIR}/{CONTROL_KEY}" in sidecar["args"]
+    assert control not in {m["name"] for c in pod["containers"] for m in c["volumeMounts"]}
 
 
 @pytest.mark.parametrize("decode,expected", [

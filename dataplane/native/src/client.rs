@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use openssl::ssl::{SslConnector, SslMethod};
+use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use scylla::client::PoolSize;
@@ -185,9 +185,10 @@ where
     }
 }
 
-/// TLS to the nodes, their certificates verified against the CA in `ca_file` (PEM) and, by the driver, against
-/// each node's IP address.
-fn tls_config(ca_file: &str) -> PyResult<OpenSsl010Config> {
+/// TLS to the nodes, their certificates verified against the CA in `ca_file` (PEM) and against each node's IP
+/// address (the driver's check), or, with `server_name`, against that name instead: the nodes of a Ring share one
+/// certificate name (its Service's), as their Pods' addresses are not known when their certificates are made.
+fn tls_config(ca_file: &str, server_name: Option<&str>) -> PyResult<OpenSsl010Config> {
     let mut connector = SslConnector::builder(SslMethod::tls_client())
         .map_err(|err| PyConnectionError::new_err(format!("TLS: {err}")))?;
     connector.set_ca_file(ca_file).map_err(|err| {
@@ -195,8 +196,22 @@ fn tls_config(ca_file: &str) -> PyResult<OpenSsl010Config> {
             "TLS: cannot read the CA certificate {ca_file}: {err}"
         ))
     })?;
+    if let Some(name) = server_name {
+        connector
+            .verify_param_mut()
+            .set_host(name)
+            .map_err(|err| PyValueError::new_err(format!("TLS: server name {name:?}: {err}")))?;
+        // The name is checked instead of the address: only the address mismatch is forgiven, never a bad chain,
+        // an expired certificate or another name.
+        connector.set_verify_callback(SslVerifyMode::PEER, |verified, context| {
+            verified || context.error().as_raw() == X509_V_ERR_IP_ADDRESS_MISMATCH
+        });
+    }
     Ok(OpenSsl010Config::new(connector))
 }
+
+/// OpenSSL's X509_V_ERR_IP_ADDRESS_MISMATCH (x509_vfy.h).
+const X509_V_ERR_IP_ADDRESS_MISMATCH: i32 = 64;
 
 /// Fails with the ring's datacenters when none of its nodes is in `dc` (every request would find no node).
 fn check_datacenter(session: &ScyllaSession, dc: &str) -> PyResult<()> {
@@ -227,6 +242,8 @@ pub(crate) struct Connect {
     pub consistency: Consistency,
     pub request_timeout: Duration,
     pub tls_ca_file: Option<String>,
+    /// The name every node's certificate must carry, checked instead of its IP address.
+    pub tls_server_name: Option<String>,
     pub local_dc: Option<String>,
     /// Connections to each node: one connection's socket buffers cap what it carries over a long link.
     pub connections_per_node: NonZeroUsize,
@@ -253,7 +270,7 @@ impl Client {
             // Token-aware routing needs keyspaces and tables, not column and UDT details.
             .fetch_full_schema_metadata(false);
         if let Some(ca_file) = &connect.tls_ca_file {
-            builder = builder.tls_context(Some(tls_config(ca_file)?));
+            builder = builder.tls_context(Some(tls_config(ca_file, connect.tls_server_name.as_deref())?));
         }
         if let Some(dc) = &connect.local_dc {
             // The default policy sends requests to this datacenter's nodes only (no failover to remote ones).

@@ -24,7 +24,7 @@ pub struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (hosts, port = 9042, username = None, password = None, consistency = "ONE", request_timeout_ms = 12000, tls_ca_file = None, local_dc = None, connections_per_node = 1))]
+    #[pyo3(signature = (hosts, port = 9042, username = None, password = None, consistency = "ONE", request_timeout_ms = 12000, tls_ca_file = None, local_dc = None, connections_per_node = 1, tls_server_name = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -37,6 +37,7 @@ impl Session {
         tls_ca_file: Option<String>,
         local_dc: Option<String>,
         connections_per_node: usize,
+        tls_server_name: Option<String>,
     ) -> PyResult<Self> {
         if hosts.is_empty() {
             return Err(PyValueError::new_err("hosts is empty"));
@@ -52,6 +53,7 @@ impl Session {
             consistency: parse_consistency(consistency).map_err(PyValueError::new_err)?,
             request_timeout: Duration::from_millis(request_timeout_ms),
             tls_ca_file,
+            tls_server_name,
             local_dc,
             connections_per_node: NonZeroUsize::new(connections_per_node)
                 .ok_or_else(|| PyValueError::new_err("connections_per_node must be at least 1"))?,

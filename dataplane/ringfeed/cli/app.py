@@ -22,6 +22,7 @@ from ringfeed.ring import (
     PASSWORD_ENV,
     PORT_ENV,
     TLS_CA_FILE_ENV,
+    TLS_SERVER_NAME_ENV,
     USERNAME_ENV,
     RingRef,
 )
@@ -70,11 +71,14 @@ class RingfeedGroup(click.Group):
 @click.option("--password", envvar=PASSWORD_ENV, default=None, help=f"[env {PASSWORD_ENV}]")
 @click.option("--tls-ca-file", envvar=TLS_CA_FILE_ENV, default=None, type=click.Path(dir_okay=False),
               help=f"Connect with TLS, verifying the nodes against this PEM CA certificate [env {TLS_CA_FILE_ENV}].")
+@click.option("--tls-server-name", envvar=TLS_SERVER_NAME_ENV, default=None,
+              help="With --tls-ca-file: the name every node's certificate must carry, checked instead of the node's "
+                   f"IP address (a Ring's Service host name) [env {TLS_SERVER_NAME_ENV}].")
 @click.option("--local-dc", envvar=LOCAL_DC_ENV, default=None,
               help=f"Send requests to this datacenter's nodes only [env {LOCAL_DC_ENV}].")
 @click.version_option(package_name="ringfeed")
 @click.pass_context
-def main(ctx, hosts, port, username, password, tls_ca_file, local_dc):
+def main(ctx, hosts, port, username, password, tls_ca_file, tls_server_name, local_dc):
     """Ringfeed: deep-learning training data in an Apache Cassandra ring.
 
     \b
@@ -86,7 +90,11 @@ def main(ctx, hosts, port, username, password, tls_ca_file, local_dc):
       ringfeed split create pets by-owner --ratios 7,2,1 --group-by owner --seed 1
     """
     # The same reading of the same variables as RingRef.from_env: a Job's `ringfeed` finds the operator's ring.
-    ctx.obj = RingRef.parse(hosts, port, local_dc, tls=bool(tls_ca_file)).login(username, password, tls_ca_file)
+    if tls_server_name and not tls_ca_file:
+        raise click.BadParameter("a server name is checked only with TLS: give --tls-ca-file too",
+                                 param_hint="--tls-server-name")
+    ctx.obj = RingRef.parse(hosts, port, local_dc, tls=bool(tls_ca_file), tls_server_name=tls_server_name).login(
+        username, password, tls_ca_file)
 
 
 def open_store(ctx):

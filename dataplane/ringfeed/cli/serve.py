@@ -29,13 +29,17 @@ DEFAULT_PORT = 8477
 @click.option("--trainingjob", envvar=TRAININGJOB_ENV, default="", show_default=False,
               help=f"The TrainingJob this rank belongs to: the `trainingjob` label of the metrics [env "
                    f"{TRAININGJOB_ENV}; the operator sets it].")
+@click.option("--control-token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File holding the token that POST /pause and POST /resume must carry (Authorization: Bearer); "
+                   "without it the sidecar takes no commands. The operator mounts the TrainingJob's control Secret "
+                   "here.")
 @click.option("--kept-positions", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JSON file of loader states by rank to start from when the feed directory has none (the "
                    "operator keeps them over a TrainingJob's suspension).")
 @loader_flags
 @click.pass_context
-def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http_port, trainingjob, kept_positions,
-          **flags):
+def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http_port, trainingjob,
+          control_token_file, kept_positions, **flags):
     """Feed DATASET's SPLIT to a trainer through shared memory (the TrainingJob loader sidecar).
 
     Reads this rank's share of the part with the native loader and hands each batch to the trainer of the same
@@ -50,5 +54,8 @@ def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http
     from ringfeed.serve import serve as run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    control_token = control_token_file.read_text().strip() if control_token_file else None
+    if control_token == "":
+        raise click.BadParameter(f"{control_token_file} is empty", param_hint="--control-token-file")
     run(ctx.obj, dataset, split, part, split_version, options_from_flags(**flags), epochs, feed_dir, bind,
-        http_port, kept_positions, trainingjob=trainingjob)
+        http_port, kept_positions, trainingjob=trainingjob, control_token=control_token)

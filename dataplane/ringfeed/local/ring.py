@@ -84,6 +84,12 @@ class LocalRing:
         return f"{self.settings.address_prefix}{index}"
 
     @property
+    def tls_server_name(self) -> str:
+        """The name every node's certificate carries besides its address (as a Ring's nodes carry their Service's),
+        for clients that check a name rather than the address."""
+        return f"nodes.{self.settings.cluster_name}"
+
+    @property
     def tls_ca_file(self) -> str | None:
         """The CA certificate (PEM) that signed the nodes' certificates, when the ring speaks TLS."""
         return str(self.state_dir / "tls" / "ca.crt") if self.settings.tls else None
@@ -300,7 +306,7 @@ client_encryption_options:
         if not pem.exists():
             key, request, cert = folder / f"node{index}.key", folder / f"node{index}.csr", folder / f"node{index}.crt"
             extensions = folder / f"node{index}.ext"
-            extensions.write_text(f"subjectAltName=IP:{self.address(index)}\n")
+            extensions.write_text(f"subjectAltName=IP:{self.address(index)},DNS:{self.tls_server_name}\n")
             _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={self.address(index)}", "-keyout", key,
                      "-out", request)
             _openssl("x509", "-req", "-in", request, "-CA", ca_cert, "-CAkey", ca_key, "-CAcreateserial", "-days",

@@ -19,11 +19,11 @@ __all__ = ["FeedServer", "FeedStatus", "serve", "wait_for_socket"]
 
 def serve(address: ClusterAddress, dataset: str, split: str, part: str, version: int | None, options: LoaderOptions,
           epochs: int, directory: Path, bind: str, port: int, kept_positions: Path | None = None,
-          ready: threading.Event | None = None, trainingjob: str = "") -> None:
+          ready: threading.Event | None = None, trainingjob: str = "", control_token: str | None = None) -> None:
     """Load the split, then feed the trainer until the process is stopped (the kubelet stops a native sidecar once
     the trainer has exited)."""
     labels = {"dataset": dataset, "split": split, "part": part, "rank": str(options.rank), "trainingjob": trainingjob}
-    endpoints = Endpoints(bind, port, labels)
+    endpoints = Endpoints(bind, port, labels, control_token)
     try:
         source = LoaderSource.from_split(dataset, split, part, address=address, version=version)
         options = LoaderOptions.build(options, with_uuids=True)  # the trainer can always trace a batch back

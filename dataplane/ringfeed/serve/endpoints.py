@@ -1,9 +1,12 @@
-"""The sidecar's HTTP port: probes for the kubelet, ``/status`` (and ``POST /pause``, before a suspension) for the
-operator, ``/metrics`` for Prometheus."""
+"""The sidecar's HTTP port: probes for the kubelet, ``/status`` for the operator, ``/metrics`` for Prometheus, all
+read-only; and the control path, ``POST /pause`` (before a suspension) and ``POST /resume``, which answers only a
+request that carries the TrainingJob's control token (``Authorization: Bearer``), a Secret only the operator and
+this container hold."""
 
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import json
 import threading
 import time
@@ -31,7 +34,7 @@ def feed_figures(server: FeedServer) -> PathFigures:
 class Endpoints:
     """Serves the port in a thread; ``server`` is set once the split is loaded and the feed is up."""
 
-    def __init__(self, bind: str, port: int, labels: dict[str, str]):
+    def __init__(self, bind: str, port: int, labels: dict[str, str], control_token: str | None = None):
         self.server: FeedServer | None = None
         self.failure: str | None = None
         registry = CollectorRegistry()
@@ -54,12 +57,18 @@ class Endpoints:
                     self._reply(404, "not found")
 
             def do_POST(self):  # the name http.server calls
-                if self.path.split("?")[0] != "/pause":
+                path = self.path.split("?")[0]
+                if path not in ("/pause", "/resume"):
                     self._reply(404, "not found")
+                elif control_token is None:
+                    self._reply(403, "no control token: this sidecar takes no commands")
+                elif not hmac.compare_digest(self.headers.get("Authorization", "").encode(),
+                                             f"Bearer {control_token}".encode()):
+                    self._reply(401, "the control token is missing or wrong")
                 elif endpoints.server is None:
                     self._reply(503, "loading the split")
                 else:
-                    endpoints.server.pause()
+                    endpoints.server.pause() if path == "/pause" else endpoints.server.resume()
                     self._reply(200, json.dumps(endpoints.status()), "application/json")
 
             def _reply(self, code: int, body: str, kind: str = "text/plain") -> None:

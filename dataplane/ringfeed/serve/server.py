@@ -228,6 +228,10 @@ class FeedServer:
         with self._handing:
             return dict(self.position)
 
+    def resume(self) -> None:
+        """Hand out batches again after a pause (a suspension that was called off)."""
+        self.paused.clear()
+
     def _save_position(self, state: dict) -> None:
         path = self.directory / STATE_FILE
         temporary = path.with_suffix(".tmp")

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 import uuid
 from pathlib import Path
@@ -62,6 +63,15 @@ class Sidecar:
     def get(self, path: str) -> tuple[int, str]:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def post(self, path: str, token: str | None = None) -> tuple[int, str]:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as reply:
                 return reply.status, reply.read().decode()
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
@@ -231,6 +241,46 @@ def test_a_checkpoint_of_another_feed_is_refused_with_a_clear_error(slides, side
         list(other)
     feed.close()
     other.close()
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong", "Bearer", "s3cret-token ", "s3cret-tokenX"])
+def test_the_control_path_refuses_a_request_without_the_jobs_token(slides, sidecars, tmp_path, token):
+    (tmp_path / "token").write_text("s3cret-token\n")
+    sidecar = sidecars("--control-token-file", str(tmp_path / "token"))
+    for path in ("/pause", "/resume"):
+        code, body = sidecar.post(path, token)
+        assert code == 401 and "token" in body
+    assert json.loads(sidecar.get("/status")[1])["paused"] is False
+    assert sidecar.post("/status", "s3cret-token")[0] == 404  # reports stay read-only
+
+
+def test_a_sidecar_without_a_control_token_takes_no_commands(slides, sidecars):
+    sidecar = sidecars()
+    assert sidecar.post("/pause", "anything")[0] == 403
+    assert json.loads(sidecar.get("/status")[1])["paused"] is False
+
+
+def test_a_pause_with_the_token_holds_the_feed_and_a_resume_undoes_it(slides, sidecars, tmp_path):
+    (tmp_path / "token").write_text("s3cret-token")
+    sidecar = sidecars("--control-token-file", str(tmp_path / "token"), "--seed", "3")
+    feed = Feed(sidecar.directory, with_uuids=True)
+    batches = iter(feed)
+    delivered = [u.tobytes() for u in next(batches)[2]]
+    code, body = sidecar.post("/pause", "s3cret-token")
+    assert code == 200 and json.loads(body)["paused"] is True
+    served = json.loads(sidecar.get("/status")[1])["batches_served"]
+    waiting = threading.Thread(target=lambda: delivered.extend(u.tobytes() for u in next(batches)[2]))
+    waiting.start()
+    waiting.join(timeout=2)
+    assert waiting.is_alive(), "a paused sidecar handed out a batch"
+    assert json.loads(sidecar.get("/status")[1])["batches_served"] == served
+    code, body = sidecar.post("/resume", "s3cret-token")
+    assert code == 200 and json.loads(body)["paused"] is False
+    waiting.join(timeout=60)
+    assert not waiting.is_alive()
+    delivered += uuids_of(batches)
+    assert sorted(delivered) == train_uuids(slides)
+    feed.close()
 
 
 def test_the_sidecar_reports_a_split_it_cannot_find(cassandra_node, tmp_path):

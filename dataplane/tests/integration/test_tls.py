@@ -84,3 +84,26 @@ def test_cli_connects_with_tls_ca_file(cassandra_node, tls_address):
     result = CliRunner(env={"RINGFEED_TLS_CA_FILE": "/nonexistent/ca.crt"}).invoke(
         cli, ["--hosts", cassandra_node.hosts[0], "datasets"])
     assert result.exit_code == 1 and "TLS: cannot read the CA certificate /nonexistent/ca.crt" in result.output
+
+
+def test_a_server_name_is_checked_instead_of_the_address(cassandra_node, tls_address):
+    """As a Ring's clients connect: the nodes' certificate must carry the name, whatever the node's address."""
+    named = dataclasses.replace(tls_address, tls_server_name=cassandra_node.ring.tls_server_name)
+    with Store(named) as store:
+        assert store.session.execute("SELECT release_version FROM system.local").one()
+    named.native_session().close()
+
+
+@pytest.mark.parametrize("name", ["nodes.another-ring", "ringfeed-local", "127.0.0.1"])
+def test_a_node_without_the_server_name_is_refused(cassandra_node, tls_address, name):
+    wrong = dataclasses.replace(tls_address, tls_server_name=name)
+    with pytest.raises(RingfeedError, match="cannot reach Cassandra"):
+        Store(wrong, connect_timeout_s=5)
+    with pytest.raises(RingfeedError, match="cannot reach|cannot connect"):
+        wrong.native_session()
+
+
+def test_a_server_name_does_not_excuse_another_ca(cassandra_node, tls_address, other_ca):
+    wrong = dataclasses.replace(tls_address, tls_ca_file=other_ca, tls_server_name=cassandra_node.ring.tls_server_name)
+    with pytest.raises(RingfeedError, match="cannot reach|cannot connect"):
+        wrong.native_session()

@@ -16,7 +16,7 @@ FULL = {"external": {"contactPoints": ["cass-0.db", "10.0.0.7"], "port": 9142, "
 MINIMAL = {"external": {"contactPoints": ["cass-0.db"]}}
 RING = {"ring": {"name": "images"}}
 RING_VARIABLES = ("RINGFEED_HOSTS", "RINGFEED_PORT", "RINGFEED_LOCAL_DC", "RINGFEED_TLS_CA_FILE",
-                  "RINGFEED_USERNAME", "RINGFEED_PASSWORD")
+                  "RINGFEED_TLS_SERVER_NAME", "RINGFEED_USERNAME", "RINGFEED_PASSWORD")
 
 
 def test_spec_storage_is_read_with_its_defaults():
@@ -43,9 +43,14 @@ def test_a_k8ssandra_ring_is_refused_with_what_to_do():
 
 def test_a_ring_is_reached_through_its_service_in_its_datacenter():
     # The operator, in its own namespace, names the Service fully; a Job or loader Pod of the Ring's namespace
-    # resolves the relative name through its DNS search path.
-    assert RingRef.from_spec(RING, "ml") == RingRef(("images-images-service.ml.svc",), 9042, "images", tls=False)
-    assert RingRef.from_spec(RING) == RingRef(("images-images-service",), 9042, "images", tls=False)
+    # resolves the relative name through its DNS search path. Either way over TLS, the nodes' certificate checked
+    # against the name the client reaches them by.
+    assert RingRef.from_spec(RING, "ml") == RingRef(("images-images-service.ml.svc",), 9042, "images", tls=True,
+                                                    tls_server_name="images-images-service.ml.svc")
+    assert RingRef.from_spec(RING) == RingRef(("images-images-service",), 9042, "images", tls=True,
+                                              tls_server_name="images-images-service")
+    ring = ProvisionedRing("images")
+    assert {"images-images-service", "images-images-service.ml.svc"} <= set(ring.server_names("ml"))
     assert RingRef.from_spec(RING, "ml").identity != RingRef.from_spec(RING, "other").identity
     ring = ProvisionedRing("images")
     assert (ring.datacenter, ring.superuser_role, ring.reader_role) == ("images", "images_superuser", "images_reader")
@@ -54,7 +59,8 @@ def test_a_ring_is_reached_through_its_service_in_its_datacenter():
 
 def test_a_ring_logs_in_as_its_superuser_and_loaders_as_its_reader():
     secrets = RingSecrets.from_spec(RING)
-    assert secrets == RingSecrets(CredentialsSecret("images-superuser"), None, CredentialsSecret("images-reader"))
+    assert secrets == RingSecrets(CredentialsSecret("images-superuser"), SecretKey("images-ca", "ca.crt"),
+                                  CredentialsSecret("images-reader"))
     assert secrets.read_only == CredentialsSecret("images-reader")
     # An external ring has one login for both.
     assert RingSecrets.from_spec(FULL).read_only == RingSecrets.from_spec(FULL).credentials
@@ -76,6 +82,13 @@ def test_the_jobs_read_back_the_ring_the_operator_wrote(storage, monkeypatch):
     assert address.ring == ring and (address.username, address.password) == ("u", "p")
     assert address.tls_ca_file == (JOB_TLS_CA_FILE if ring.tls else None)
     assert ClusterAddress.from_env() == address
+    assert address.tls_server_name == ring.tls_server_name
+
+
+def test_a_server_name_without_tls_is_refused():
+    with pytest.raises(Exception, match="--tls-ca-file"):
+        with main.make_context("ringfeed", ["--tls-server-name", "ring.svc", "inspect"]) as ctx:
+            ctx.invoke(main.callback, **ctx.params)
 
 
 def test_the_job_env_names_the_ring_and_no_secret():

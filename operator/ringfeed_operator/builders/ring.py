@@ -19,7 +19,6 @@ from ringfeed_operator.builders.meta import (
     LABEL_MANAGED_BY,
     MANAGER,
     owner_reference,
-    scrape_annotations,
 )
 
 CA_VOLUME = "ring-ca"
@@ -44,12 +43,6 @@ BUSY_CONDITIONS = ("ScalingUp", "ScalingDown", "Updating", "ReplacingNodes", "Ro
 # Secrets went first (a namespace deleted at once) would never be deleted. The Ring's deletion lifts this once the
 # datacenter is gone.
 SECRET_FINALIZER = "ringfeed.io/ring-datacenter"
-AUTH_SETTINGS = {"authenticator": "PasswordAuthenticator", "authorizer": "CassandraAuthorizer",
-                 "role_manager": "CassandraRoleManager"}
-MIB = 1024 * 1024
-# The init container that writes each node's configuration (k8ssandra-client `config build`) needs little; its
-# default request of a whole CPU would count against each Cassandra Pod.
-CONFIG_BUILDER_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
 
 
 # -- a Dataset's ring in its Jobs -------------------------------------------------------------------------------------
@@ -87,66 +80,6 @@ def node_selector(name: str) -> str:
     """The label selector of the ring's Cassandra Pods (cass-operator's labels)."""
     ring = ProvisionedRing(name)
     return f"{CLUSTER_LABEL}={ring.name},{DATACENTER_LABEL}={ring.datacenter}"
-
-
-def heap_option(quantity: str | int) -> str:
-    """A heap size (1Gi, 512Mi, bytes) as the JVM option cass-operator writes (1G, 512M)."""
-    text = str(quantity)
-    if match := re.fullmatch(r"([0-9]+)([MG])i", text):
-        return f"{match[1]}{match[2]}"
-    if match := re.fullmatch(r"([0-9]+)Ki", text):
-        return f"{max(1, int(match[1]) // 1024)}M"
-    return f"{max(1, int(text) // MIB)}M"
-
-
-def datacenter_spec(ring: dict, image: str) -> dict:
-    """The CassandraDatacenter's spec but for its size, which only a step changes."""
-    spec = ring["spec"]
-    name = ring["metadata"]["name"]
-    provisioned = ProvisionedRing(name)
-    storage = spec.get("storage") or {}
-    claim: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
-                             "resources": {"requests": {"storage": str(storage.get("size", "10Gi"))}}}
-    if storage.get("storageClassName"):
-        claim["storageClassName"] = storage["storageClassName"]
-    heap = heap_option(spec.get("heapSize", "1Gi"))
-    return {
-        "clusterName": provisioned.name,
-        "serverType": "cassandra",
-        "serverVersion": spec.get("serverVersion", "5.0.9"),
-        "serverImage": spec.get("image") or image,
-        "superuserSecretName": provisioned.superuser_secret,
-        # cass-operator creates the role of each Secret (LOGIN, not superuser); the operator grants it SELECT on
-        # the keyspaces of the ring's Datasets.
-        "users": [{"secretName": provisioned.reader_secret, "superuser": False}],
-        "managementApiAuth": {"insecure": {}},  # the Management API is reached from cass-operator only (Pod IPs)
-        "disableSystemLoggerSidecar": True,
-        "allowMultipleNodesPerWorker": bool(spec.get("allowMultipleNodesPerWorker", False)),
-        "storageConfig": {"cassandraDataVolumeClaimSpec": claim},
-        # The nodes' Pods name their Ring (the chart's PodMonitor selects them by it) and offer the Management API
-        # agent's metrics (Cassandra's own) to an annotation-driven Prometheus. The schema requires a containers
-        # list; cass-operator adds its own containers to an empty one.
-        "podTemplateSpec": {"metadata": {"labels": {LABEL_RING: name},
-                                         "annotations": scrape_annotations(MAAC_METRICS_PORT)},
-                            "spec": {"containers": []}},
-        "resources": spec.get("resources") or {},
-        "configBuilderResources": CONFIG_BUILDER_RESOURCES,
-        "config": {"jvm-server-options": {"initial_heap_size": heap, "max_heap_size": heap},
-                   # Logins and grants, whatever the image's defaults: the loaders' role may only read.
-                   "cassandra-yaml": AUTH_SETTINGS},
-    }
-
-
-def datacenter(ring: dict, image: str) -> dict:
-    """The CassandraDatacenter that runs the ring, at spec.nodes (a new ring has no data to move: every node starts
-    at once, as cass-operator brings them up one after another)."""
-    name = ring["metadata"]["name"]
-    return {
-        "apiVersion": f"{DC_GROUP}/{DC_VERSION}", "kind": "CassandraDatacenter",
-        "metadata": {"name": ProvisionedRing(name).datacenter, "labels": ring_labels(name),
-                     "annotations": {TRACK_CLEANUP: "true"}, "ownerReferences": [owner_reference(ring)]},
-        "spec": {**datacenter_spec(ring, image), "size": ring["spec"].get("nodes", 1)},
-    }
 
 
 def credentials_secret(ring: dict, name: str, username: str, password: str) -> dict:

@@ -38,6 +38,11 @@ CACHE_VOLUME = "ringfeed-cache"
 CACHE_DIR = "/var/run/ringfeed/cache"
 DATA_DIR_ENV = "RINGFEED_DATA_DIR"
 EPOCHS_ENV = "RINGFEED_EPOCHS"
+# The control path (POST /pause, /resume) answers only the token of this Secret, which the operator makes per
+# TrainingJob and mounts into the sidecar alone.
+CONTROL_VOLUME = "ringfeed-control"
+CONTROL_DIR = "/etc/ringfeed/control"
+CONTROL_KEY = "token"
 DEFAULT_BACKOFF_LIMIT = 6  # a Job's own default
 DEFAULT_RESTART_POLICY = "OnFailure"  # a killed trainer restarts in place: the feed directory and position stay
 
@@ -54,6 +59,7 @@ def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> lis
         f"--concurrency={loader.get('concurrency', 128)}", f"--decode-threads={loader.get('decodeThreads', 0)}",
         f"--missing={loader.get('missing', 'raise')}", f"--consistency={loader.get('consistency', 'ONE')}",
         f"--feed-dir={FEED_DIR}", f"--http-port={SIDECAR_PORT}", f"--kept-positions={POSITIONS_DIR}/positions",
+        f"--control-token-file={CONTROL_DIR}/{CONTROL_KEY}",
     ]
     if not loader.get("shuffle", True):
         arguments.append("--no-shuffle")
@@ -79,6 +85,21 @@ def rendezvous_service(trainingjob: dict) -> dict:
         "metadata": {"name": name, "labels": labels_of(name), "ownerReferences": [owner_reference(trainingjob)]},
         "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {LABEL_TRAININGJOB: name},
                  "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}]},
+    }
+
+
+def control_secret_name(trainingjob_name: str) -> str:
+    return f"{trainingjob_name}-control"
+
+
+def control_secret(trainingjob: dict, token: str) -> dict:
+    """The Secret holding the token of the sidecars' control path; deleted with the TrainingJob."""
+    name = trainingjob["metadata"]["name"]
+    return {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": control_secret_name(name), "labels": labels_of(name),
+                     "ownerReferences": [owner_reference(trainingjob)]},
+        "stringData": {CONTROL_KEY: token},
     }
 
 
@@ -133,13 +154,17 @@ def _inject_sidecar(pod: dict, metadata: dict, spec: dict, dataset: dict, catalo
         container["volumeMounts"] = [*(container.get("volumeMounts") or []), feed_mount]
     tls_volumes, tls_mounts = ring_volumes(storage)
     positions_mount = {"name": POSITIONS_VOLUME, "mountPath": POSITIONS_DIR, "readOnly": True}
-    sidecar = _sidecar(spec, catalog, split_version, storage, rank_env, [feed_mount, positions_mount, *tls_mounts],
-                       config)
+    control_mount = {"name": CONTROL_VOLUME, "mountPath": CONTROL_DIR, "readOnly": True}
+    sidecar = _sidecar(spec, catalog, split_version, storage, rank_env,
+                       [feed_mount, positions_mount, control_mount, *tls_mounts], config)
     pod["initContainers"] = [sidecar, *(pod.get("initContainers") or [])]
     positions = {"name": POSITIONS_VOLUME, "downwardAPI": {"items": [
         {"path": "positions", "fieldRef": {"fieldPath": f"metadata.annotations['{POSITIONS_ANNOTATION}']"}}]}}
+    # Mounted into the sidecar alone (read by its uid: the Secret volume's files belong to root).
+    control = {"name": CONTROL_VOLUME, "secret": {"secretName": control_secret_name(metadata["labels"][
+        LABEL_TRAININGJOB])}}
     pod["volumes"] = [*(pod.get("volumes") or []), {"name": FEED_VOLUME, "emptyDir": {"medium": "Memory"}},
-                      positions, *tls_volumes]
+                      positions, control, *tls_volumes]
 
 
 def _mount_cache(pod: dict, dataset: dict, spec: dict, rank_env: list[dict], cache: CacheConfig) -> None:

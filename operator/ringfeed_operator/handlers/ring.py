@@ -10,6 +10,7 @@ import secrets
 import kopf
 
 from ringfeed.ring import ProvisionedRing
+from ringfeed_operator.builders.datacenter import datacenter, datacenter_spec
 from ringfeed_operator.builders.ring import (
     DATACENTER_LABEL,
     DC_GROUP,
@@ -26,8 +27,6 @@ from ringfeed_operator.builders.ring import (
     autoscale,
     cleanup_task,
     credentials_secret,
-    datacenter,
-    datacenter_spec,
     decide,
     format_time,
     node_selector,
@@ -39,6 +38,7 @@ from ringfeed_operator.builders.ring import (
 )
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import event, give_up
+from ringfeed_operator.handlers.ring_tls import ensure_certificates
 from ringfeed_operator.status import Conditions
 
 DATACENTERS = (DC_GROUP, DC_VERSION, DC_PLURAL)
@@ -61,14 +61,15 @@ def dataset_index(namespace: str, spec: dict, **_) -> dict:
 
 def reconcile(name: str, namespace: str, status: dict, meta: dict, body: dict, memo: Context, patch: kopf.Patch,
               **_) -> None:
-    """The Ring's two Secrets (made once) and its CassandraDatacenter exist; the datacenter's settings, not its size
-    (the timer's steps change that), follow the spec."""
+    """The Ring's credentials Secrets (made once), its certificates and its CassandraDatacenter exist; the
+    datacenter's settings, not its size (the timer's steps change that), follow the spec."""
     generation = meta["generation"]
     conditions = Conditions(status.get("conditions"), generation)
     ring = ProvisionedRing(name)
     for secret, role in ((ring.superuser_secret, ring.superuser_role), (ring.reader_secret, ring.reader_role)):
         if memo.kube.ensure_secret(namespace, credentials_secret(body, secret, role, secrets.token_urlsafe(24))):
             event(body, "SecretCreated", f"Secret {secret}: role {role}")
+    ensure_certificates(name, namespace, body, memo)
     dc = memo.kube.read_custom(DATACENTERS, namespace, ring.datacenter)
     wanted = datacenter(body, memo.config.rings.image)
     if dc is None:
@@ -89,6 +90,11 @@ def reconcile(name: str, namespace: str, status: dict, meta: dict, body: dict, m
         "selector": node_selector(name), "superuserSecret": ring.superuser_secret,
         "readerSecret": ring.reader_secret,
     })
+
+
+def renew_certificates(name: str, namespace: str, body: dict, memo: Context, **_) -> None:
+    """Now and then: renew the certificates due (a third of their validity left)."""
+    ensure_certificates(name, namespace, body, memo)
 
 
 def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
@@ -240,7 +246,8 @@ def delete(name: str, namespace: str, body: dict, memo: Context, **_) -> None:
             event(body, "DatacenterDeleting", f"CassandraDatacenter {ring.datacenter}: cass-operator removes the nodes")
         raise kopf.TemporaryError(f"waiting for cass-operator to remove CassandraDatacenter {ring.datacenter}",
                                   delay=DELETION_RETRY_S)
-    for secret in (ring.superuser_secret, ring.reader_secret):
+    for secret in (ring.superuser_secret, ring.reader_secret, ring.ca_secret, ring.node_tls_secret,
+                   ring.management_server_secret, ring.management_client_secret):
         memo.kube.release_secret(namespace, secret, SECRET_FINALIZER)
     memo.loads.forget(namespace, name)
     memo.metrics.forget_ring(namespace, name)

@@ -4,6 +4,7 @@ through, once its Split is computed; its progress from the Job and the sidecars;
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +13,10 @@ import kopf
 from ringfeed_operator.builders.cache import cache_spec
 from ringfeed_operator.builders.dataset import catalog_name
 from ringfeed_operator.builders.trainingjob import (
+    CONTROL_KEY,
     LABEL_TRAININGJOB,
+    control_secret,
+    control_secret_name,
     phase,
     pod_ready,
     rank_job,
@@ -65,6 +69,8 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     job = rank_job(body, dataset, catalog_name(dataset_name, dataset["spec"]), computed["version"], memo.config.jobs,
                    memo.config.cache, status.get("ranks"))
     memo.kube.ensure_service(namespace, rendezvous_service(body))
+    if spec.get("access", "sidecar") == "sidecar":
+        memo.kube.ensure_secret(namespace, control_secret(body, secrets.token_urlsafe(32)))
     try:
         existing, created = memo.kube.ensure_job(namespace, job)
     except JobRejected as error:
@@ -110,8 +116,10 @@ def _require_cache(dataset: dict, patch: kopf.Patch, conditions: Conditions, gen
 def _suspend(name: str, namespace: str, status: dict, body: dict, memo: Context, patch: kopf.Patch) -> None:
     """Stop the sidecars handing out batches, keep their final positions, then stop the Pods."""
     pods = memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}")
-    reports = {rank: report for pod in pods
-               if (rank := rank_of(pod)) is not None and (report := feed_status(pod, pause=True)) is not None}
+    token = (memo.kube.secret_values(namespace, control_secret_name(name), CONTROL_KEY)[0]
+             if body["spec"].get("access", "sidecar") == "sidecar" else None)
+    reports = {rank: report for pod in pods if token
+               and (rank := rank_of(pod)) is not None and (report := feed_status(pod, token)) is not None}
     ranks = rank_progress(status.get("ranks") or [], reports)
     patch.status["ranks"] = ranks
     memo.kube.patch_job(namespace, name, {"spec": {"suspend": True}})
