@@ -255,12 +255,6 @@ BAD = [
     ("Dataset", "tls-without-ca", {"spec.storage.external.tls": {"enabled": True}},
      "spec.storage.external.tls.caSecret is required when tls.enabled is true"),
     # Dataset: cache tier
-    ("Dataset", "cache-over-tls", {"spec.storage.external.tls": {"enabled": True, "caSecret": {"name": "ring-ca"}},
-                                   "spec.cache": {"alluxio": {}}},
-     "spec.cache: the cache tier reaches the ring without TLS"),
-    ("Dataset", "cache-over-a-ring", {"spec.storage.external": DELETE, "spec.storage.ring": {"name": "images"},
-                                      "spec.cache": {"alluxio": {}}},
-     "a Ring (spec.storage.ring) speaks TLS only"),
     ("Dataset", "cache-memory-not-a-size", {"spec.cache": {"alluxio": {"memory": "1.5Gi"}}},
      "spec.cache.alluxio.memory in body should match"),
     ("Dataset", "cache-memory-too-small", {"spec.cache": {"alluxio": {"memory": "16Mi"}}},

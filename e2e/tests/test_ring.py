@@ -1,10 +1,12 @@
 """Ring on the real local cluster: the chart's cass-operator runs the CassandraDatacenter a Ring becomes (Cassandra
-5.0.9 with the Management API, built from third_party/); a Dataset is ingested into it and read through the Pod
-network by a loader logged in as the Ring's read-only role, epoch after epoch, while the ring grows by a node and
-shrinks back: by `kubectl scale` (cass-operator killed mid-join, Ringfeed's operator mid-decommission), then by
-the autoscaler reacting to the loader's reads. No read fails, every epoch delivers every sample once with its
-bytes, every sample is checked against its source file after each step, and a sample deleted between the steps
-stays deleted.
+5.0.9 with the Management API, built from third_party/), TLS only: CQL over TLS checked against the Ring's CA and
+Service name (a plaintext client is refused), internode over mutual TLS, the Management API to cass-operator's
+client certificate alone, and a certificate renewed by the operator while a loader reads. A Dataset is ingested
+into it and read through the Pod network by a loader logged in as the Ring's read-only role, epoch after epoch,
+while the ring grows by a node and shrinks back: by `kubectl scale` (cass-operator killed mid-join, Ringfeed's
+operator mid-decommission), then by the autoscaler reacting to the loader's reads. No read fails, every epoch
+delivers every sample once with its bytes, every sample is checked against its source file after each step, and
+a sample deleted between the steps stays deleted.
 
 The local node has no volume provisioner: the module makes a StorageClass and hostPath PersistentVolumes.
 """
@@ -12,10 +14,13 @@ The local node has no volume provisioner: the module makes a StorageClass and ho
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import json
 import os
 import shutil
+import socket
+import ssl
 import threading
 import time
 import uuid
@@ -25,6 +30,9 @@ import pytest
 from cassandra import Unauthorized
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import Cluster as CqlCluster
+from cassandra.cluster import NoHostAvailable
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 from kubernetes import client
 
 from ringfeed.connection import ClusterAddress
@@ -32,6 +40,7 @@ from ringfeed.loader import Loader
 from ringfeed.metrics import serve_loader_metrics
 from ringfeed.splits import load_split
 from ringfeed.store import Store
+from ringfeed_operator.pki import KeyPair, issue, new_ca
 
 from conftest import TEST_STATE
 from kubecluster import GROUP, SYSTEM, VERSION, Cluster
@@ -201,13 +210,83 @@ def ring(cluster: Cluster, ns: str, volumes, source: Path) -> dict:
     assert not cluster.core.list_namespaced_pod(ns, label_selector=f"cassandra.datastax.com/datacenter={RING}").items
 
 
+def secret_text(cluster: Cluster, ns: str, name: str, key: str) -> str:
+    return base64.b64decode(cluster.core.read_namespaced_secret(name, ns).data[key]).decode()
+
+
+def ring_ca_file(cluster: Cluster, ns: str) -> str:
+    """The Ring's CA certificate as a file (the drivers read files)."""
+    path = TEST_STATE / "ring-ca.crt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(secret_text(cluster, ns, f"{RING}-ca", "ca.crt"))
+    return str(path)
+
+
+def server_name(ns: str) -> str:
+    return f"{RING}-{RING}-service.{ns}.svc"
+
+
 def addresses(cluster: Cluster, ns: str) -> tuple[ClusterAddress, ClusterAddress]:
     """(superuser, reader) logins to the ring's nodes by Pod IP (this process is in the cluster's network but not
-    on its DNS)."""
+    on its DNS), over TLS: the nodes' certificate checked against the Ring's CA and its Service's name."""
     hosts = node_ips(cluster, ns)
+    ca = ring_ca_file(cluster, ns)
     superuser, reader = (secret_login(cluster, ns, f"{RING}-{role}") for role in ("superuser", "reader"))
-    return (ClusterAddress(hosts, username=superuser[0], password=superuser[1], local_dc=RING),
-            ClusterAddress(hosts, username=reader[0], password=reader[1], local_dc=RING))
+    return tuple(ClusterAddress(hosts, username=login[0], password=login[1], local_dc=RING, tls_ca_file=ca,
+                                tls_server_name=server_name(ns))
+                 for login in (superuser, reader))  # type: ignore[return-value]
+
+
+def presented_certificate(host: str, port: int, ca_file: str, name: str) -> x509.Certificate:
+    """The certificate a node presents on `port`, verified against the CA and `name` (ssl.SSLError otherwise)."""
+    context = ssl.create_default_context(cafile=ca_file)
+    with socket.create_connection((host, port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=name) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
+
+
+def management_api_answers(host: str, ca_file: str | None, name: str, client_pem: str | None) -> bool:
+    """Whether the Management API answers its liveness probe: over TLS with `client_pem` (key and certificate) or
+    without a client certificate, or over plain HTTP when `ca_file` is None."""
+    request = b"GET /api/v0/probes/liveness HTTP/1.0\r\n\r\n"
+    try:
+        with socket.create_connection((host, 8080), timeout=10) as raw:
+            if ca_file is None:
+                raw.sendall(request)
+                return b" 200 " in raw.recv(64)
+            context = ssl.create_default_context(cafile=ca_file)
+            if client_pem:
+                path = TEST_STATE / "management-client.pem"
+                path.write_text(client_pem)
+                context.load_cert_chain(path)
+            with context.wrap_socket(raw, server_hostname=name) as tls:
+                tls.sendall(request)  # TLS 1.3: a refused client certificate shows at the first read
+                return b" 200 " in tls.recv(64)
+    except (ssl.SSLError, OSError):
+        return False
+
+
+def check_tls(cluster: Cluster, ns: str, reader: ClusterAddress) -> None:
+    """CQL answers TLS only, with the certificate of the Ring's CA for its Service name; the Management API answers
+    only a client certificate of the CA (cass-operator's), and no other client."""
+    host, ca = reader.hosts[0], reader.tls_ca_file
+    assert ca is not None
+    ca_subject = x509.load_pem_x509_certificate(Path(ca).read_bytes()).subject
+    assert presented_certificate(host, 9042, ca, server_name(ns)).issuer == ca_subject
+    plain = CqlCluster([host], auth_provider=PlainTextAuthProvider(reader.username, reader.password),
+                       connect_timeout=5)
+    with pytest.raises(NoHostAvailable):
+        plain.connect()
+    plain.shutdown()
+    operator_client = "".join(secret_text(cluster, ns, f"{RING}-maac-client", key) for key in ("tls.key", "tls.crt"))
+    now = dt.datetime.now(dt.UTC)
+    stranger = issue(new_ca("elsewhere", now), "stranger", now, dt.timedelta(hours=1), client=True)
+    assert management_api_answers(host, ca, server_name(ns), operator_client)
+    assert not management_api_answers(host, ca, server_name(ns), None)
+    assert not management_api_answers(host, ca, server_name(ns), stranger.key_pem + stranger.cert_pem)
+    assert not management_api_answers(host, None, server_name(ns), None)
 
 
 def source_digests(store: Store, source: Path) -> dict[bytes, str]:
@@ -267,6 +346,7 @@ def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
         val = [u.tobytes() for u in parts.uuids("val")]
         assert len(digests) == len(train) + len(val) == 60
         check_least_privilege(reader, store.schema(CATALOG).keyspace)
+        check_tls(cluster, ns, reader)
 
         deleted: set[bytes] = set()
         loaded = Reader(reader, train, digests, prometheus=prometheus, namespace=ns)
@@ -296,12 +376,61 @@ def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
     assert loaded.failures == [], loaded.failures[:5]
     assert loaded.epochs >= 4 and loaded.samples >= loaded.epochs * len(train)
     reasons = [e.reason for e in events(cluster, ns, RING)]
-    assert {"SecretCreated", "DatacenterCreated", "ScalingUp", "ScalingDown", "StepFinished"} <= set(reasons), reasons
+    assert {"SecretCreated", "CertificateIssued", "DatacenterCreated", "ScalingUp", "ScalingDown",
+            "StepFinished"} <= set(reasons), reasons
+
+
+def test_a_certificate_due_is_renewed_while_a_loader_reads_without_a_failed_read(cluster: Cluster, ns: str,
+                                                                                 ring: dict):
+    """The node's certificate is made due (one of the Ring's CA with a tenth of its validity left, as an old one
+    would be); the operator's renewal timer replaces it; the kubelet brings the new files into the node; Cassandra
+    loads them (asked here with `nodetool reloadssl`: on its own it looks every 600 s); a loader reads through it
+    all, and new connections check the renewed certificate."""
+    _, reader = addresses(cluster, ns)
+    assert reader.tls_ca_file is not None
+    with Store(reader) as store:
+        train = [u.tobytes() for u in load_split(store, CATALOG, SPLIT).uuids("train")]
+    now = dt.datetime.now(dt.UTC)
+    ca = KeyPair(secret_text(cluster, ns, f"{RING}-ca", "ca.key"), secret_text(cluster, ns, f"{RING}-ca", "ca.crt"))
+    old = issue(ca, "images nodes", now - dt.timedelta(hours=9), dt.timedelta(hours=10), server=True, client=True,
+                dns_names=(f"{RING}-{RING}-service", server_name(ns)))
+    cluster.core.patch_namespaced_secret(f"{RING}-node-tls", ns, {"stringData": {"node.pem": old.key_pem +
+                                                                                             old.cert_pem}})
+    loaded = Reader(reader, train)
+    loaded.start()
+    try:
+        def renewed():
+            pem = secret_text(cluster, ns, f"{RING}-node-tls", "node.pem")
+            cert = x509.load_pem_x509_certificate(pem[pem.find("-----BEGIN CERTIFICATE-----"):].encode())
+            return cert if cert.serial_number != old.certificate.serial_number else None
+        new = cluster.wait("the operator to renew the node's certificate", renewed, timeout_s=150)
+        assert new.not_valid_after_utc - now > dt.timedelta(days=80)
+        pod = cluster.core.list_namespaced_pod(ns, label_selector=f"cassandra.datastax.com/datacenter={RING}").items[0]
+
+        new_pem = new.public_bytes(Encoding.PEM).decode()
+
+        def on_the_node():
+            return new_pem in cluster.kubectl("exec", pod.metadata.name, "-n", ns, "-c", "cassandra", "--", "cat",
+                                              "/etc/ringfeed/ring-tls/node.pem", check=False).stdout
+        cluster.wait("the kubelet to update the node's files", on_the_node, timeout_s=150)
+        cluster.kubectl("exec", pod.metadata.name, "-n", ns, "-c", "cassandra", "--", "nodetool", "reloadssl")
+        served = presented_certificate(pod.status.pod_ip, 9042, reader.tls_ca_file, server_name(ns))
+        assert served.serial_number == new.serial_number
+        with Store(reader) as fresh:  # a new connection checks the renewed certificate
+            assert fresh.session.execute("SELECT release_version FROM system.local").one()
+        epochs = loaded.epochs
+        cluster.wait("an epoch after the reload", lambda: loaded.epochs >= epochs + 1, timeout_s=60)
+    finally:
+        loaded.stop()
+    assert loaded.failures == [], loaded.failures[:5]
+    assert "CertificateRenewed" in {e.reason for e in events(cluster, ns, RING)}
 
 
 def check_least_privilege(reader: ClusterAddress, keyspace: str) -> None:
     """The reader role reads the dataset and writes nothing."""
-    cql = CqlCluster(list(reader.hosts), auth_provider=PlainTextAuthProvider(reader.username, reader.password))
+    cql = CqlCluster(list(reader.hosts), auth_provider=PlainTextAuthProvider(reader.username, reader.password),
+                     ssl_context=ssl.create_default_context(cafile=reader.tls_ca_file),
+                     ssl_options={"server_hostname": reader.tls_server_name})
     try:
         session = cql.connect()
         assert session.execute(f"SELECT uuid FROM {keyspace}.data_by_uuid LIMIT 1").one() is not None

@@ -74,8 +74,9 @@ class LocalCache:
             raise RingfeedError(f"libfuse3 is missing under {self.runtime.root}/fuse: run `make alluxio`")
 
     def up(self, hosts: list[str], port: int, mount: Path, *, local_dc: str | None = None,
-           username: str | None = None, password: str | None = None, memory_bytes: int = 1 << 30,
-           host: str = "127.0.40.1", tuned: bool = True, on_progress=None, timeout_s: float = 180) -> CacheSettings:
+           username: str | None = None, password: str | None = None, tls_ca_file: str | None = None,
+           tls_server_name: str | None = None, memory_bytes: int = 1 << 30, host: str = "127.0.40.1",
+           tuned: bool = True, on_progress=None, timeout_s: float = 180) -> CacheSettings:
         """Start master, worker and FUSE (each reused when already running) and wait until the mount serves;
         ``tuned=False``: Alluxio's defaults instead of the tuned preset (for comparisons)."""
         self._require_runtime()
@@ -99,7 +100,8 @@ class LocalCache:
             placement=Placement.local(host), journal_dir=str(self.state_dir / "journal"),
             memory_dir=str(self.memory_dir), memory_bytes=memory_bytes, extensions_dir=str(self.runtime.extensions),
             mount_options=ring_mount_options(hosts, port, local_dc=local_dc, username=username,
-                                             password_file=str(password_file) if password_file else None),
+                                             password_file=str(password_file) if password_file else None,
+                                             tls_ca_file=tls_ca_file, tls_server_name=tls_server_name),
             tuned=tuned)
         (self.state_dir / "conf" / "alluxio-site.properties").write_text(render_properties(properties))
         (self.state_dir / "conf" / "log4j.properties").write_text(LOG4J_FILE)

@@ -90,11 +90,16 @@ def jvm_flags(heap: str, cpus: int) -> list[str]:
 
 
 def ring_mount_options(hosts: list[str], port: int, *, local_dc: str | None = None, username: str | None = None,
-                       password_file: str | None = None) -> dict[str, str]:
+                       password_file: str | None = None, tls_ca_file: str | None = None,
+                       tls_server_name: str | None = None) -> dict[str, str]:
     """Options of the ring's mount (the UFS reads them: dataplane/alluxio RingSettings)."""
     options = {"ringfeed.contact-points": ",".join(f"{host}:{port}" for host in hosts)}
     if local_dc:
         options["ringfeed.local-datacenter"] = local_dc
+    if tls_ca_file:
+        options["ringfeed.tls-ca-file"] = tls_ca_file
+        if tls_server_name:
+            options["ringfeed.tls-server-name"] = tls_server_name
     if username:
         if not password_file:
             raise ValueError("a username needs its password file")

@@ -30,6 +30,8 @@ class RingLogin:
     local_dc: str | None = None
     username: str | None = None
     password: str | None = None
+    tls_ca_file: str | None = None
+    tls_server_name: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +67,8 @@ def properties(settings: ServeSettings, runtime: AlluxioRuntime, ring: RingLogin
     if ring is not None:
         mount_options = ring_mount_options(list(ring.hosts), ring.port, local_dc=ring.local_dc,
                                            username=ring.username,
-                                           password_file=str(settings.password_file) if ring.username else None)
+                                           password_file=str(settings.password_file) if ring.username else None,
+                                           tls_ca_file=ring.tls_ca_file, tls_server_name=ring.tls_server_name)
     return site_properties(placement=settings.placement, journal_dir=str(settings.journal_dir),
                            memory_dir=str(settings.memory_dir or settings.state_dir / "memory"),
                            memory_bytes=settings.memory_bytes, extensions_dir=str(runtime.extensions),

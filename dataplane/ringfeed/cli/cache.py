@@ -61,12 +61,11 @@ def cache_up(ctx, mount, memory, address):
     ring = ctx.obj
     if not address.startswith("127."):
         raise RingfeedError(f"--address {address}: the local tier listens on loopback addresses only (127.x)")
-    if ring.tls_ca_file:
-        raise RingfeedError("the cache tier reaches the ring without TLS for now: give a ring without --tls-ca-file")
     local_cache = ctx.meta["cache"]
     with console.status("starting the cache tier…") as status:
         local_cache.up(list(ring.hosts), ring.port, mount, local_dc=ring.local_dc, username=ring.username,
-                       password=ring.password, memory_bytes=parse_bytes(memory), host=address,
+                       password=ring.password, tls_ca_file=ring.tls_ca_file, tls_server_name=ring.tls_server_name,
+                       memory_bytes=parse_bytes(memory), host=address,
                        on_progress=lambda message: status.update(message + "…"))
     print_status(local_cache)
     console.print(f"splits under [bold]{mount}[/]/<dataset>/<split>/<part>/ · stop with [bold]ringfeed cache down[/]")
@@ -110,14 +109,12 @@ def cache_serve(ctx, role, master_host, hostname, node, bind, serve_dir, heap, m
     from ringfeed.cache.serve import RingLogin, ServeSettings, serve
 
     ring = ctx.obj
-    if ring.tls_ca_file:
-        raise RingfeedError("the cache tier reaches the ring without TLS for now: give a ring without --tls-ca-file")
     placement = Placement(master=master_host, hostname=hostname or master_host, bind=bind, node=node)
     settings = ServeSettings(role=role, placement=placement, state_dir=serve_dir, heap=heap, tuned=tuned,
                              memory_bytes=parse_bytes(memory), memory_dir=memory_dir,
                              mount=Path(mount) if mount else None, root=root)
     login = None if role == "fuse" else RingLogin(tuple(ring.hosts), ring.port, ring.local_dc, ring.username,
-                                                   ring.password)
+                                                   ring.password, ring.tls_ca_file, ring.tls_server_name)
     serve(settings, login)
 
 

@@ -116,8 +116,9 @@ def require_runtime() -> Path:
     return runtime
 
 
-def test_the_extensions_java_tests_find_the_splits_tree_in_the_ring(cassandra_node, ring_datasets, tmp_path):
-    require_runtime()
+def run_java_tests(cassandra_node, ring_datasets, tmp_path, *properties: str) -> tuple[str, dict[str, int]]:
+    """RingUnderFileSystemIT against the node, with extra -D properties (TLS): (Maven's output when it failed, the
+    test counts of the report)."""
     manifest = tmp_path / "manifest.tsv"
     # The Java tests walk one dataset: the images (the tensors' bytes carry an .npy header, checked through FUSE).
     lines = [f"/{path}\t{len(data)}\t{hashlib.sha256(data).hexdigest()}"
@@ -131,12 +132,32 @@ def test_the_extensions_java_tests_find_the_splits_tree_in_the_ring(cassandra_no
         ["mvn", "-B", "-q", "-o", "-s", str(project / "maven-settings.xml"), "-f", str(project / "pom.xml"),
          f"-Dmaven.repo.local={Path(os.environ.get('RINGFEED_CACHE', REPO / '.cache')) / 'm2'}",
          "test", "-Dtest=RingUnderFileSystemIT", f"-Dringfeed.test.contact-point={cassandra_node.hosts[0]}:9042",
-         f"-Dringfeed.test.manifest={manifest}"],
+         f"-Dringfeed.test.manifest={manifest}", *properties],
         capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    suite = ElementTree.parse(report).getroot()
-    counts = {key: int(suite.get(key)) for key in ("tests", "failures", "errors", "skipped")}
+    counts = {}
+    if report.exists():
+        suite = ElementTree.parse(report).getroot()
+        counts = {key: int(suite.get(key)) for key in ("tests", "failures", "errors", "skipped")}
+    return ("" if result.returncode == 0 else (result.stdout + result.stderr)[-4000:] or "failed"), counts
+
+
+def test_the_extensions_java_tests_find_the_splits_tree_in_the_ring_over_tls(cassandra_node, ring_datasets,
+                                                                             tmp_path):
+    """The node's certificate checked against its CA and the name the nodes carry (as on a Ring)."""
+    require_runtime()
+    failure, counts = run_java_tests(cassandra_node, ring_datasets, tmp_path,
+                                     f"-Dringfeed.test.tls-ca-file={cassandra_node.ring.tls_ca_file}",
+                                     f"-Dringfeed.test.tls-server-name={cassandra_node.ring.tls_server_name}")
+    assert not failure, failure
     assert counts == {"tests": 4, "failures": 0, "errors": 0, "skipped": 0}, counts
+
+
+def test_the_extension_refuses_a_node_without_the_server_name(cassandra_node, ring_datasets, tmp_path):
+    require_runtime()
+    failure, counts = run_java_tests(cassandra_node, ring_datasets, tmp_path,
+                                     f"-Dringfeed.test.tls-ca-file={cassandra_node.ring.tls_ca_file}",
+                                     "-Dringfeed.test.tls-server-name=nodes.another-ring")
+    assert failure and counts.get("errors", 0) + counts.get("failures", 0) > 0, counts
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +167,9 @@ def mounted_tier(cassandra_node, ring_datasets, tmp_path_factory):
     mount = tmp_path_factory.mktemp("cache-mount") / "ring"
     tier = LocalCache(state)
     try:
-        tier.up(cassandra_node.hosts, 9042, mount, memory_bytes=256 << 20, host="127.0.40.1")
+        # Over TLS, the node checked against its CA and server name, as a Ring's cache tier reads.
+        tier.up(cassandra_node.hosts, 9042, mount, memory_bytes=256 << 20, host="127.0.40.1",
+                tls_ca_file=cassandra_node.ring.tls_ca_file, tls_server_name=cassandra_node.ring.tls_server_name)
         yield tier, mount
     finally:
         tier.down()

@@ -22,7 +22,7 @@ from ringfeed_operator.builders.meta import (
     MANAGER,
     owner_reference,
 )
-from ringfeed_operator.builders.ring import ring_env
+from ringfeed_operator.builders.ring import ring_env, ring_volumes
 from ringfeed_operator.config import CacheConfig
 
 ROLES = ("master", "worker", "fuse")
@@ -136,6 +136,7 @@ def master_service(dataset: dict) -> dict:
 def master_statefulset(dataset: dict, config: CacheConfig) -> dict:
     name = dataset["metadata"]["name"]
     storage = dataset["spec"]["storage"]
+    tls_volumes, tls_mounts = ring_volumes(storage)
     container = _container(
         dataset, "master", config, [],
         env=ring_env(storage),
@@ -143,7 +144,7 @@ def master_statefulset(dataset: dict, config: CacheConfig) -> dict:
                {"name": "web", "containerPort": WEB_PORTS["master"]}],
         readinessProbe={"tcpSocket": {"port": RPC_PORTS["master"]}, "periodSeconds": 5},
         livenessProbe={"tcpSocket": {"port": RPC_PORTS["master"]}, "initialDelaySeconds": 120, "periodSeconds": 20},
-        volumeMounts=_SCRATCH_MOUNTS, securityContext=_RESTRICTED)
+        volumeMounts=[*_SCRATCH_MOUNTS, *tls_mounts], securityContext=_RESTRICTED)
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _metadata(dataset, "master"),
         "spec": {
@@ -151,7 +152,7 @@ def master_statefulset(dataset: dict, config: CacheConfig) -> dict:
             "selector": {"matchLabels": _selector(name, "master")},
             "template": {"metadata": _pod_metadata(name, "master"), "spec": {
                 "automountServiceAccountToken": False, "securityContext": _NON_ROOT, "containers": [container],
-                "volumes": _SCRATCH, **_placement(dataset, nodes=False)}},
+                "volumes": [*_SCRATCH, *tls_volumes], **_placement(dataset, nodes=False)}},
         },
     }
 
@@ -159,6 +160,7 @@ def master_statefulset(dataset: dict, config: CacheConfig) -> dict:
 def worker_daemonset(dataset: dict, config: CacheConfig) -> dict:
     spec = cache_spec(dataset) or {}
     memory = str(spec.get("memory", DEFAULT_MEMORY))
+    tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"])
     container = _container(
         dataset, "worker", config,
         ["--hostname=$(POD_IP)", "--node=$(NODE_NAME)", f"--memory={quantity_bytes(memory)}",
@@ -168,10 +170,11 @@ def worker_daemonset(dataset: dict, config: CacheConfig) -> dict:
                {"name": "web", "containerPort": WEB_PORTS["worker"]}],
         readinessProbe={"tcpSocket": {"port": RPC_PORTS["worker"]}, "periodSeconds": 5},
         livenessProbe={"tcpSocket": {"port": RPC_PORTS["worker"]}, "initialDelaySeconds": 120, "periodSeconds": 20},
-        volumeMounts=[*_SCRATCH_MOUNTS, {"name": "memory", "mountPath": MEMORY_DIR}], securityContext=_RESTRICTED)
+        volumeMounts=[*_SCRATCH_MOUNTS, {"name": "memory", "mountPath": MEMORY_DIR}, *tls_mounts],
+        securityContext=_RESTRICTED)
     return _daemonset(dataset, "worker", container,
-                      [*_SCRATCH, {"name": "memory", "emptyDir": {"medium": "Memory", "sizeLimit": memory}}],
-                      _NON_ROOT)
+                      [*_SCRATCH, {"name": "memory", "emptyDir": {"medium": "Memory", "sizeLimit": memory}},
+                       *tls_volumes], _NON_ROOT)
 
 
 def fuse_daemonset(dataset: dict, catalog: str, config: CacheConfig) -> dict:

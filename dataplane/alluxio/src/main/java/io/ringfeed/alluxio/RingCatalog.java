@@ -59,7 +59,7 @@ final class RingCatalog implements AutoCloseable {
         + "AND chunk = ?");
   }
 
-  static RingCatalog connect(RingSettings settings) {
+  static RingCatalog connect(RingSettings settings, Optional<RingTls> tls) {
     // The driver reads its defaults (reference.conf) through this class loader: Alluxio loads the extension in a
     // class loader of its own, which the thread's context class loader does not see.
     ClassLoader extension = RingCatalog.class.getClassLoader();
@@ -76,6 +76,9 @@ final class RingCatalog implements AutoCloseable {
     settings.localDatacenter().ifPresent(builder::withLocalDatacenter);
     if (settings.username().isPresent()) {
       builder = builder.withAuthCredentials(settings.username().get(), settings.password().orElseThrow());
+    }
+    if (tls.isPresent()) {
+      builder = builder.withSslEngineFactory(tls.get());
     }
     return new RingCatalog(builder.build());
   }

@@ -19,13 +19,17 @@ import java.util.Optional;
  * @param localDatacenter the datacenter to read from; empty: inferred from the contact points
  * @param username empty: the ring has no authentication
  * @param password read from {@code ringfeed.password-file}
+ * @param tlsCaFile empty: plain CQL; else TLS, the nodes' certificates checked against this PEM CA
+ * @param tlsServerName with TLS: the name the nodes' certificates must carry instead of their IP addresses
  */
 record RingSettings(List<InetSocketAddress> contactPoints, Optional<String> localDatacenter, Optional<String> username,
-                    Optional<String> password) {
+                    Optional<String> password, Optional<Path> tlsCaFile, Optional<String> tlsServerName) {
   static final String CONTACT_POINTS = "ringfeed.contact-points";
   static final String LOCAL_DATACENTER = "ringfeed.local-datacenter";
   static final String USERNAME = "ringfeed.username";
   static final String PASSWORD_FILE = "ringfeed.password-file";
+  static final String TLS_CA_FILE = "ringfeed.tls-ca-file";
+  static final String TLS_SERVER_NAME = "ringfeed.tls-server-name";
 
   static RingSettings from(Map<String, ?> mountOptions) throws IOException {
     Map<String, String> options = new HashMap<>();
@@ -59,7 +63,13 @@ record RingSettings(List<InetSocketAddress> contactPoints, Optional<String> loca
     if (username.isPresent() != password.isPresent()) {
       throw new IOException("give both " + USERNAME + " and " + PASSWORD_FILE + ", or neither");
     }
+    Optional<Path> tlsCaFile = Optional.ofNullable(options.get(TLS_CA_FILE)).filter(f -> !f.isBlank()).map(Path::of);
+    Optional<String> tlsServerName = Optional.ofNullable(options.get(TLS_SERVER_NAME)).filter(n -> !n.isBlank());
+    if (tlsServerName.isPresent() && tlsCaFile.isEmpty()) {
+      throw new IOException(TLS_SERVER_NAME + " is checked only with TLS: give " + TLS_CA_FILE + " too");
+    }
     return new RingSettings(List.copyOf(contactPoints),
-        Optional.ofNullable(options.get(LOCAL_DATACENTER)).filter(dc -> !dc.isBlank()), username, password);
+        Optional.ofNullable(options.get(LOCAL_DATACENTER)).filter(dc -> !dc.isBlank()), username, password,
+        tlsCaFile, tlsServerName);
   }
 }

@@ -46,6 +46,7 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
   private record PartKey(UUID splitId, String part) {}
 
   private final RingSettings settings;
+  private final Optional<RingTls> tls;
   private volatile RingCatalog catalog;
   private final Map<String, RingCatalog.Dataset> datasets = new ConcurrentHashMap<>();
   private final Map<String, TimedSplits> splits = new ConcurrentHashMap<>();
@@ -55,6 +56,9 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
   RingUnderFileSystem(AlluxioURI uri, UnderFileSystemConfiguration conf) throws IOException {
     super(uri, conf);
     settings = RingSettings.from(conf.getMountSpecificConf());
+    // The CA is read at mount time, so that a missing or unreadable file fails the mount, not a later read.
+    tls = settings.tlsCaFile().isPresent()
+        ? Optional.of(new RingTls(settings.tlsCaFile().get(), settings.tlsServerName())) : Optional.empty();
   }
 
   /** Connects on first use: the master creates a UFS for a mount before any path is asked for. */
@@ -63,7 +67,7 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
     if (connected == null) {
       synchronized (this) {
         if (catalog == null) {
-          catalog = RingCatalog.connect(settings);
+          catalog = RingCatalog.connect(settings, tls);
         }
         connected = catalog;
       }

@@ -47,4 +47,21 @@ class RingSettingsTest {
         RingSettings.CONTACT_POINTS, "10.0.0.1", RingSettings.USERNAME, "reader")));
     assertTrue(halfLogin.getMessage().contains("or neither"), halfLogin.getMessage());
   }
+
+  @Test
+  void tlsTakesACaFileAndOptionallyTheNameTheNodesCarry(@TempDir Path dir) throws IOException {
+    RingSettings plain = RingSettings.from(Map.of(RingSettings.CONTACT_POINTS, "10.0.0.1"));
+    assertEquals(Optional.empty(), plain.tlsCaFile());
+    RingSettings named = RingSettings.from(Map.of(RingSettings.CONTACT_POINTS, "ring.ns.svc",
+        RingSettings.TLS_CA_FILE, "/etc/ringfeed/tls/ca.crt", RingSettings.TLS_SERVER_NAME, "ring.ns.svc"));
+    assertEquals(Optional.of(Path.of("/etc/ringfeed/tls/ca.crt")), named.tlsCaFile());
+    assertEquals(Optional.of("ring.ns.svc"), named.tlsServerName());
+    IOException nameWithoutTls = assertThrows(IOException.class, () -> RingSettings.from(Map.of(
+        RingSettings.CONTACT_POINTS, "10.0.0.1", RingSettings.TLS_SERVER_NAME, "ring.ns.svc")));
+    assertTrue(nameWithoutTls.getMessage().contains(RingSettings.TLS_CA_FILE), nameWithoutTls.getMessage());
+    Path notPem = dir.resolve("ca.crt");
+    Files.writeString(notPem, "not a certificate\n");
+    IOException unreadable = assertThrows(IOException.class, () -> new RingTls(notPem, Optional.empty()));
+    assertTrue(unreadable.getMessage().contains("ca.crt"), unreadable.getMessage());
+  }
 }

@@ -55,8 +55,15 @@ class RingUnderFileSystemIT {
       expected.put(fields[0], new String[] {fields[1], fields[2]});
     }
     dataset = expected.keySet().iterator().next().split("/")[1];
+    Map<String, String> options = new TreeMap<>(Map.of(RingSettings.CONTACT_POINTS, contactPoint));
+    for (String option : new String[] {RingSettings.TLS_CA_FILE, RingSettings.TLS_SERVER_NAME}) {
+      String value = System.getProperty("ringfeed.test." + option.substring("ringfeed.".length()), "");
+      if (!value.isBlank() && !value.startsWith("${")) {
+        options.put(option, value);  // TLS, as the test passes it
+      }
+    }
     UnderFileSystemConfiguration conf = UnderFileSystemConfiguration.defaults(Configuration.global())
-        .createMountSpecificConf(Map.of(RingSettings.CONTACT_POINTS, contactPoint));
+        .createMountSpecificConf(options);
     ufs = UnderFileSystem.Factory.create(ROOT, conf);
     assertEquals("ringfeed", ufs.getUnderFSType(), "Alluxio found the factory through META-INF/services");
   }
