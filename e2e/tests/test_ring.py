@@ -46,6 +46,7 @@ from conftest import TEST_STATE
 from kubecluster import GROUP, SYSTEM, VERSION, Cluster
 from prometheus import Prometheus
 from test_operator import condition, create, events, get, wait_ready
+from test_trainingjob import trainingjob, wait_phase
 
 RING = "images"
 DATASET, SPLIT = "ring-slides", "ring-by-patient"
@@ -440,6 +441,22 @@ def check_least_privilege(reader: ClusterAddress, keyspace: str) -> None:
             session.execute(f"DROP KEYSPACE {keyspace}")
     finally:
         cql.shutdown()
+
+
+def test_a_trainingjob_trains_on_the_ring_through_its_sidecar_over_tls(cluster: Cluster, ns: str, ring: dict):
+    """The sidecar logs in as the reader, checks the nodes against the Ring's CA and Service name, and feeds every
+    sample of the part once; the trainer gets neither the credentials nor the CA."""
+    create(cluster, ns, "trainingjobs", trainingjob("on-the-ring", replicas=1, epochs=1, split=SPLIT))
+    done = wait_phase(cluster, ns, "on-the-ring", "Succeeded", timeout_s=300)
+    split = get(cluster, ns, "splits", SPLIT)
+    train = next(p for p in split["status"]["parts"] if p["name"] == "train")
+    assert done["status"]["samplesDelivered"] == train["samples"]
+    job = cluster.batch.read_namespaced_job("on-the-ring", ns)
+    env = {e.name: e.value for e in job.spec.template.spec.init_containers[0].env}
+    assert env["RINGFEED_TLS_SERVER_NAME"] == f"{RING}-{RING}-service" and env["RINGFEED_TLS_CA_FILE"]
+    trainer = job.spec.template.spec.containers[0]
+    assert not any(e.name.startswith("RINGFEED_TLS") or e.value_from for e in trainer.env or ())
+    cluster.kubectl("delete", "trainingjob", "on-the-ring", "-n", ns, "--wait=true")
 
 
 def test_the_autoscaler_adds_a_node_under_load_and_removes_it_after(cluster: Cluster, ns: str, ring: dict,

@@ -8,7 +8,9 @@ this module; this module creates the Dataset and Split it trains on.
 
 from __future__ import annotations
 
+import base64
 import json
+import urllib.error
 import urllib.request
 
 import pytest
@@ -39,11 +41,12 @@ def split(cluster: Cluster, ns: str, ring, store, source) -> dict:
     return wait_ready(cluster, ns, "splits", SPLIT)
 
 
-def trainingjob(name: str, replicas: int = 2, epochs: int = 2, step_delay_s: float = 0.0, **spec) -> dict:
+def trainingjob(name: str, replicas: int = 2, epochs: int = 2, step_delay_s: float = 0.0, split: str = SPLIT,
+                **spec) -> dict:
     return {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
         "spec": {
-            "split": {"name": SPLIT, "part": "train"}, "replicas": replicas, "epochs": epochs,
+            "split": {"name": split, "part": "train"}, "replicas": replicas, "epochs": epochs,
             "loader": {"batchSize": 4, "seed": 7, "remainder": "uneven",
                        "decode": {"mode": "image", "width": 32, "height": 32}},
             "template": {"spec": {
@@ -61,6 +64,16 @@ def trainingjob(name: str, replicas: int = 2, epochs: int = 2, step_delay_s: flo
             **spec,
         },
     }
+
+
+def control(pod, path: str, headers: dict[str, str]) -> int:
+    """The HTTP status a sidecar answers a control request with."""
+    request = urllib.request.Request(f"http://{pod.status.pod_ip}:8477{path}", method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return reply.status
+    except urllib.error.HTTPError as error:
+        return error.code
 
 
 def rank_pods(cluster: Cluster, ns: str, name: str) -> dict[int, object]:
@@ -218,6 +231,13 @@ def test_suspend_stops_the_ranks_and_resume_continues_from_their_positions(clust
     cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pausable",
                                                   {"spec": {"suspend": False}})
     wait_served(cluster, ns, "pausable", 0, batches=3)
+    # Anyone on the Pod network may read a sidecar's report; only the operator, with the job's token, may pause it.
+    pod = rank_pods(cluster, ns, "pausable")[0]
+    for headers in ({}, {"Authorization": "Bearer guessed"}, {"Authorization": "Basic b3BlcmF0b3I6"}):
+        assert control(pod, "/pause", headers) == 401
+    assert sidecar_report(pod)["paused"] is False
+    token = base64.b64decode(cluster.core.read_namespaced_secret("pausable-control", ns).data["token"]).decode()
+    assert PASSWORD not in token and len(token) >= 32
     cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pausable",
                                                   {"spec": {"suspend": True}})
     suspended = wait_phase(cluster, ns, "pausable", "Suspended", timeout_s=60)

@@ -33,8 +33,9 @@ def ensure_certificates(name: str, namespace: str, body: dict, memo: Context) ->
     leaves: list[tuple[str, Callable[[], dict]]] = [
         (ring.node_tls_secret, lambda: node_secret(body, ca, issue(
             ca, f"{name} nodes", now, lifetime, server=True, client=True, dns_names=names), now)),
+        # Client use too: the kubelet's probes call the Management API with the server's own certificate.
         (ring.management_server_secret, lambda: management_secret(body, ring.management_server_secret, ca, issue(
-            ca, f"{name} management api", now, lifetime, server=True, dns_names=names), now)),
+            ca, f"{name} management api", now, lifetime, server=True, client=True, dns_names=names), now)),
         (ring.management_client_secret, lambda: management_secret(body, ring.management_client_secret, ca, issue(
             ca, "cass-operator", now, lifetime, client=True), now)),
     ]
