@@ -41,12 +41,12 @@ from ringfeed.metrics import serve_loader_metrics
 from ringfeed.splits import load_split
 from ringfeed.store import Store
 from ringfeed_operator.pki import KeyPair, issue, new_ca
+from test_trainingjob import trainingjob, wait_phase
 
 from conftest import TEST_STATE
-from kubecluster import GROUP, SYSTEM, VERSION, Cluster
+from kubecluster import CACHE_HOST_DIR, GROUP, SYSTEM, VERSION, Cluster
 from prometheus import Prometheus
 from test_operator import condition, create, events, get, wait_ready
-from test_trainingjob import trainingjob, wait_phase
 
 RING = "images"
 DATASET, SPLIT = "ring-slides", "ring-by-patient"
@@ -457,6 +457,38 @@ def test_a_trainingjob_trains_on_the_ring_through_its_sidecar_over_tls(cluster: 
     trainer = job.spec.template.spec.containers[0]
     assert not any(e.name.startswith("RINGFEED_TLS") or e.value_from for e in trainer.env or ())
     cluster.kubectl("delete", "trainingjob", "on-the-ring", "-n", ns, "--wait=true")
+
+
+def test_a_cache_tier_on_the_ring_reads_over_tls(cluster: Cluster, ns: str, ring: dict):
+    """The Ring's Dataset gets a cache tier: its master and workers reach the ring over TLS (the Ring's CA mounted,
+    its Service name checked) and the part shows on the node byte-identical with the ring; then it is removed."""
+    cluster.kubectl("patch", "datasets", DATASET, "-n", ns, "--type=merge",
+                    "--patch", json.dumps({"spec": {"cache": {"alluxio": {"memory": "128Mi"}}}}))
+
+    def cache_ready():
+        dataset = get(cluster, ns, "datasets", DATASET)
+        return dataset if condition(dataset, "CacheReady").get("status") == "True" else None
+    cluster.wait(f"the cache tier of {DATASET}", cache_ready, timeout_s=420)
+    mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt" / SPLIT / "val"
+    superuser, _ = addresses(cluster, ns)
+    with Store(superuser) as store:
+        expected = {}
+        for raw in load_split(store, CATALOG, SPLIT).uuids("val"):
+            record = store.sample(CATALOG, uuid.UUID(bytes=raw.tobytes()))
+            expected[f"{('normal', 'tumor')[record.label]}/{record.uuid}.jpg"] = hashlib.sha256(
+                record.data).hexdigest()
+    found = {str(path.relative_to(mount)): hashlib.sha256(path.read_bytes()).hexdigest()
+             for path in sorted(mount.rglob("*")) if path.is_file()}
+    assert found == expected
+    pods = cluster.core.list_namespaced_pod(ns, label_selector=f"ringfeed.io/dataset={DATASET}").items
+    master = next(p for p in pods if p.metadata.labels["app.kubernetes.io/component"] == "cache-master")
+    env = {e.name: e.value for e in master.spec.containers[0].env}
+    assert env["RINGFEED_TLS_SERVER_NAME"] == f"{RING}-{RING}-service"
+    cluster.kubectl("patch", "datasets", DATASET, "-n", ns, "--type=json",
+                    "--patch", '[{"op": "remove", "path": "/spec/cache"}]')
+    cluster.wait("the cache tier to go", lambda: not cluster.core.list_namespaced_pod(
+        ns, label_selector=f"ringfeed.io/dataset={DATASET},app.kubernetes.io/component in "
+                           "(cache-master,cache-worker,cache-fuse)").items, timeout_s=180)
 
 
 def test_the_autoscaler_adds_a_node_under_load_and_removes_it_after(cluster: Cluster, ns: str, ring: dict,
