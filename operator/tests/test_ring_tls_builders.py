@@ -35,6 +35,7 @@ def test_each_secret_holds_what_its_reader_expects_and_belongs_to_the_ring():
     assert [sorted(s["stringData"]) for s in secrets] == [["ca.crt", "ca.key"], ["ca.crt", "node.pem"],
                                                            ["ca.crt", "tls.crt", "tls.key"]]
     assert [s["metadata"]["name"] for s in secrets[:2]] == ["images-ca", "images-node-tls"]
+    assert [s["type"] for s in secrets] == ["Opaque", "Opaque", "kubernetes.io/tls"]  # cass-operator's requirement
     for secret in secrets:
         assert secret["metadata"]["ownerReferences"][0]["uid"] == "7c1d-0001"
         assert secret["metadata"]["finalizers"] == [SECRET_FINALIZER]

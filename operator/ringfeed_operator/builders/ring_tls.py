@@ -33,6 +33,10 @@ DEFAULT_VALIDITY_S = 90 * 24 * 3600
 # well before it expires.
 MIN_VALIDITY_S = 3600
 ISSUED_AT = "ringfeed.io/issued-at"
+# The Management API does not load a renewed server certificate (its file watcher misses the symlink swap of a
+# Secret volume's update): its certificate lives as long as the CA, and only cass-operator, which holds the client
+# certificate of the same CA, checks it. A new CA issues it again, and the nodes take it when they restart.
+MANAGEMENT_SERVER_VALIDITY = dt.timedelta(days=3650)
 
 
 def validity(spec: Mapping) -> dt.timedelta:
@@ -69,9 +73,9 @@ def management_api_auth(name: str) -> dict:
                        "serverSecretName": ring.management_server_secret}}
 
 
-def _secret(ring: dict, name: str, data: Mapping[str, str], issued_at: dt.datetime) -> dict:
+def _secret(ring: dict, name: str, data: Mapping[str, str], issued_at: dt.datetime, kind: str = "Opaque") -> dict:
     return {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "apiVersion": "v1", "kind": "Secret", "type": kind,
         "metadata": {"name": name, "labels": ring_labels(ring["metadata"]["name"]),
                      "annotations": {ISSUED_AT: issued_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
                      "ownerReferences": [owner_reference(ring)], "finalizers": [SECRET_FINALIZER]},
@@ -91,7 +95,9 @@ def node_secret(ring: dict, ca: KeyPair, node: KeyPair, issued_at: dt.datetime) 
 
 
 def management_secret(ring: dict, name: str, ca: KeyPair, leaf: KeyPair, issued_at: dt.datetime) -> dict:
-    return _secret(ring, name, {CA_CERT: ca.cert_pem, TLS_CERT: leaf.cert_pem, TLS_KEY: leaf.key_pem}, issued_at)
+    """cass-operator reads only Secrets of type kubernetes.io/tls for the Management API."""
+    return _secret(ring, name, {CA_CERT: ca.cert_pem, TLS_CERT: leaf.cert_pem, TLS_KEY: leaf.key_pem}, issued_at,
+                   "kubernetes.io/tls")
 
 
 def secret_text(secret: dict, key: str) -> str | None:

@@ -11,6 +11,7 @@ from ringfeed.ring import ProvisionedRing
 from ringfeed_operator.builders.ring_tls import (
     CA_CERT,
     CA_KEY,
+    MANAGEMENT_SERVER_VALIDITY,
     ca_secret,
     leaf_certificate,
     management_secret,
@@ -33,11 +34,13 @@ def ensure_certificates(name: str, namespace: str, body: dict, memo: Context) ->
     leaves: list[tuple[str, Callable[[], dict]]] = [
         (ring.node_tls_secret, lambda: node_secret(body, ca, issue(
             ca, f"{name} nodes", now, lifetime, server=True, client=True, dns_names=names), now)),
-        # Client use too: the kubelet's probes call the Management API with the server's own certificate.
+        # Both uses on both certificates: the kubelet's probes call the Management API with the server's own
+        # certificate, and cass-operator checks its client certificate as a server's (Go's default key usage).
         (ring.management_server_secret, lambda: management_secret(body, ring.management_server_secret, ca, issue(
-            ca, f"{name} management api", now, lifetime, server=True, client=True, dns_names=names), now)),
+            ca, f"{name} management api", now, MANAGEMENT_SERVER_VALIDITY, server=True, client=True,
+            dns_names=names), now)),
         (ring.management_client_secret, lambda: management_secret(body, ring.management_client_secret, ca, issue(
-            ca, "cass-operator", now, lifetime, client=True), now)),
+            ca, "cass-operator", now, lifetime, server=True, client=True), now)),
     ]
     for secret_name, make in leaves:
         existing = memo.kube.read_secret(namespace, secret_name)
@@ -46,7 +49,7 @@ def ensure_certificates(name: str, namespace: str, body: dict, memo: Context) ->
             continue
         memo.kube.put_secret(namespace, make())
         event(body, "CertificateRenewed" if existing else "CertificateIssued",
-              f"Secret {secret_name}: valid until {(now + lifetime).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+              f"Secret {secret_name}: renewed before a third of its validity is left")
 
 
 def _ca(name: str, namespace: str, body: dict, memo: Context, now: dt.datetime) -> KeyPair:
