@@ -447,16 +447,20 @@ def test_a_trainingjob_trains_on_the_ring_through_its_sidecar_over_tls(cluster: 
     """The sidecar logs in as the reader, checks the nodes against the Ring's CA and Service name, and feeds every
     sample of the part once; the trainer gets neither the credentials nor the CA."""
     create(cluster, ns, "trainingjobs", trainingjob("on-the-ring", replicas=1, epochs=1, split=SPLIT))
-    done = wait_phase(cluster, ns, "on-the-ring", "Succeeded", timeout_s=300)
-    split = get(cluster, ns, "splits", SPLIT)
-    train = next(p for p in split["status"]["parts"] if p["name"] == "train")
-    assert done["status"]["samplesDelivered"] == train["samples"]
-    job = cluster.batch.read_namespaced_job("on-the-ring", ns)
-    env = {e.name: e.value for e in job.spec.template.spec.init_containers[0].env}
-    assert env["RINGFEED_TLS_SERVER_NAME"] == f"{RING}-{RING}-service" and env["RINGFEED_TLS_CA_FILE"]
-    trainer = job.spec.template.spec.containers[0]
-    assert not any(e.name.startswith("RINGFEED_TLS") or e.value_from for e in trainer.env or ())
-    cluster.kubectl("delete", "trainingjob", "on-the-ring", "-n", ns, "--wait=true")
+    try:
+        done = wait_phase(cluster, ns, "on-the-ring", "Succeeded", timeout_s=300)
+        split = get(cluster, ns, "splits", SPLIT)
+        train = next(p for p in split["status"]["parts"] if p["name"] == "train")
+        assert done["status"]["samplesDelivered"] == train["samples"]
+        job = cluster.batch.read_namespaced_job("on-the-ring", ns)
+        env = {e.name: e.value for e in job.spec.template.spec.init_containers[0].env}
+        assert env["RINGFEED_TLS_SERVER_NAME"] == f"{RING}-{RING}-service" and env["RINGFEED_TLS_CA_FILE"]
+        trainer = job.spec.template.spec.containers[0]
+        assert not any(e.name.startswith("RINGFEED_TLS") or (e.value_from and e.value_from.secret_key_ref)
+                       for e in trainer.env or ())
+        assert not any(m.mount_path.startswith("/etc/ringfeed") for m in trainer.volume_mounts or ())
+    finally:  # the Split's deletion guard holds while the TrainingJob exists
+        cluster.kubectl("delete", "trainingjob", "on-the-ring", "-n", ns, "--wait=true", check=False)
 
 
 def test_a_cache_tier_on_the_ring_reads_over_tls(cluster: Cluster, ns: str, ring: dict):
