@@ -26,7 +26,8 @@ def request(url: str, *, limit_bytes: int, timeout_s: float, method: str = "GET"
     deadline = time.monotonic() + timeout_s
     connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
     try:
-        connection.request(method, parts.path or "/", headers=dict(headers or {}))
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        connection.request(method, target, headers=dict(headers or {}))
         reply = connection.getresponse()
         if not 200 <= reply.status < 300:
             raise ReplyRefused(f"{url}: HTTP {reply.status}")
