@@ -1,6 +1,7 @@
-"""Rings, pure: a Ring's CassandraDatacenter and Secrets, what cass-operator's objects say about the ring, the next
-scaling step and the autoscaler's window; and a Dataset's ring in its Jobs (the data plane's RingRef as environment
-variables, its Secrets as ``secretKeyRef`` variables and a mounted CA certificate). spec.storage itself is read by
+"""Rings, pure: a Ring's credentials Secrets and cleanup tasks, what cass-operator's objects say about the ring, the
+next scaling step and the autoscaler's window; and a Dataset's ring in its Jobs (the data plane's RingRef as
+environment variables, its Secrets as ``secretKeyRef`` variables and a mounted CA certificate). The
+CassandraDatacenter is ``builders.datacenter``'s, TLS ``builders.ring_tls``'s; spec.storage itself is read by
 ``ringfeed.ring``."""
 
 from __future__ import annotations
