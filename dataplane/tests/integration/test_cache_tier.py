@@ -128,17 +128,25 @@ def run_java_tests(cassandra_node, ring_datasets, tmp_path, *properties: str) ->
     reports = project / "target" / "surefire-reports"
     report = reports / "TEST-io.ringfeed.alluxio.RingUnderFileSystemIT.xml"
     report.unlink(missing_ok=True)
-    result = subprocess.run(
+    # In a session of its own: on a timeout the whole tree goes (mvn forks the tests' JVM, which would keep the
+    # pipes open and the wait going).
+    process = subprocess.Popen(
         ["mvn", "-B", "-q", "-o", "-s", str(project / "maven-settings.xml"), "-f", str(project / "pom.xml"),
          f"-Dmaven.repo.local={Path(os.environ.get('RINGFEED_CACHE', REPO / '.cache')) / 'm2'}",
          "test", "-Dtest=RingUnderFileSystemIT", f"-Dringfeed.test.contact-point={cassandra_node.hosts[0]}:9042",
          f"-Dringfeed.test.manifest={manifest}", *properties],
-        capture_output=True, text=True, timeout=600)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        output = f"timed out after 600 s\n{output}"
     counts = {}
     if report.exists():
         suite = ElementTree.parse(report).getroot()
         counts = {key: int(suite.get(key)) for key in ("tests", "failures", "errors", "skipped")}
-    return ("" if result.returncode == 0 else (result.stdout + result.stderr)[-4000:] or "failed"), counts
+    return ("" if process.returncode == 0 else output[-4000:] or "failed"), counts
 
 
 def test_the_extensions_java_tests_find_the_splits_tree_in_the_ring_over_tls(cassandra_node, ring_datasets,
