@@ -473,11 +473,12 @@ def test_a_cache_tier_on_the_ring_reads_over_tls(cluster: Cluster, ns: str, ring
         dataset = get(cluster, ns, "datasets", DATASET)
         return dataset if condition(dataset, "CacheReady").get("status") == "True" else None
     cluster.wait(f"the cache tier of {DATASET}", cache_ready, timeout_s=420)
-    mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt" / SPLIT / "val"
+    # The train part: the first test deleted a sample of val.
+    mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt" / SPLIT / "train"
     superuser, _ = addresses(cluster, ns)
     with Store(superuser) as store:
         expected = {}
-        for raw in load_split(store, CATALOG, SPLIT).uuids("val"):
+        for raw in load_split(store, CATALOG, SPLIT).uuids("train"):
             record = store.sample(CATALOG, uuid.UUID(bytes=raw.tobytes()))
             expected[f"{('normal', 'tumor')[record.label]}/{record.uuid}.jpg"] = hashlib.sha256(
                 record.data).hexdigest()
