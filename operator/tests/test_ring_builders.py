@@ -79,7 +79,7 @@ def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
         "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9000", "prometheus.io/path": "/metrics"}}
     # the nodes' certificate in the Cassandra container, merged by cass-operator into its own container
     assert spec["podTemplateSpec"]["spec"] == {
-        "containers": [{"name": "cassandra", "volumeMounts": [
+        "containers": [{"name": "cassandra", "resources": {}, "volumeMounts": [
             {"name": "ringfeed-node-tls", "mountPath": "/etc/ringfeed/ring-tls", "readOnly": True}]}],
         "volumes": [{"name": "ringfeed-node-tls", "secret": {"secretName": "images-node-tls"}}]}
     own_image = copy.deepcopy(RING)

@@ -67,7 +67,9 @@ def datacenter_spec(ring: dict, image: str) -> dict:
         # list; cass-operator merges the "cassandra" container's mounts into its own (the nodes' certificate).
         "podTemplateSpec": {"metadata": {"labels": {LABEL_RING: name},
                                          "annotations": scrape_annotations(MAAC_METRICS_PORT)},
-                            "spec": {"containers": [{"name": "cassandra", "volumeMounts": [mount]}],
+                            # resources: {} as the CRD's schema defaults it, else every reconcile would
+                            # find a difference and restart the nodes.
+                            "spec": {"containers": [{"name": "cassandra", "resources": {}, "volumeMounts": [mount]}],
                                      "volumes": [volume]}},
         "resources": spec.get("resources") or {},
         "configBuilderResources": CONFIG_BUILDER_RESOURCES,
