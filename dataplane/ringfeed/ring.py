@@ -87,6 +87,12 @@ class ProvisionedRing:
         """cass-operator's client certificate for the Management API (mutual TLS)."""
         return f"{self.name}-maac-client"
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every Secret the operator makes for the Ring (credentials and certificates)."""
+        return (self.superuser_secret, self.reader_secret, self.ca_secret, self.node_tls_secret,
+                self.management_server_secret, self.management_client_secret)
+
     def server_names(self, namespace: str) -> tuple[str, ...]:
         """Every name a client may reach the nodes by, as ``host`` gives it: what the nodes' certificate names."""
         return (self.service, f"{self.service}.{namespace}", f"{self.service}.{namespace}.svc",

@@ -176,13 +176,11 @@ class Kube:
             raise
 
     def put_secret(self, namespace: str, manifest: dict) -> None:
-        """Create the Secret, or give an existing one the manifest's values and annotations (a renewal)."""
-        name = manifest["metadata"]["name"]
-        if _create_unless_exists(lambda: self._core.create_namespaced_secret(namespace, cast(V1Secret, manifest))):
-            return
-        self._core.patch_namespaced_secret(name, namespace, {
-            "metadata": {"annotations": manifest["metadata"].get("annotations") or {}},
-            "stringData": manifest["stringData"]})
+        """Create the Secret, or give an existing one the manifest's values (a renewal)."""
+        if not _create_unless_exists(lambda: self._core.create_namespaced_secret(namespace,
+                                                                                  cast(V1Secret, manifest))):
+            self._core.patch_namespaced_secret(manifest["metadata"]["name"], namespace,
+                                               {"stringData": manifest["stringData"]})
 
     def release_secret(self, namespace: str, name: str, finalizer: str) -> None:
         """Take `finalizer` off a Secret (gone or without it: nothing to do)."""

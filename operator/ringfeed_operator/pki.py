@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import ipaddress
 from typing import cast
 
 from cryptography import x509
@@ -62,7 +61,7 @@ def new_ca(common_name: str, now: dt.datetime) -> KeyPair:
 
 
 def issue(ca: KeyPair, common_name: str, now: dt.datetime, validity: dt.timedelta, *, server: bool = False,
-          client: bool = False, dns_names: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> KeyPair:
+          client: bool = False, dns_names: tuple[str, ...] = ()) -> KeyPair:
     """A leaf certificate signed by `ca` for TLS servers and/or clients, with the names clients check."""
     key = _new_key()
     ca_key = cast(rsa.RSAPrivateKey, serialization.load_pem_private_key(ca.key_pem.encode(), password=None))
@@ -82,9 +81,9 @@ def issue(ca: KeyPair, common_name: str, now: dt.datetime, validity: dt.timedelt
                .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
                               critical=False))
-    names = [*(x509.DNSName(n) for n in dns_names), *(x509.IPAddress(ipaddress.ip_address(a)) for a in ips)]
-    if names:
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    if dns_names:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]),
+                                        critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     return KeyPair(_pem(key), cert.public_bytes(serialization.Encoding.PEM).decode())
 

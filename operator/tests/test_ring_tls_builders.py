@@ -30,8 +30,8 @@ def test_each_secret_holds_what_its_reader_expects_and_belongs_to_the_ring():
     ca = new_ca("Ring ml/images", NOW)
     node = issue(ca, "images nodes", NOW, validity(RING["spec"]), server=True, client=True,
                  dns_names=("images-images-service",))
-    secrets = [ca_secret(RING, ca, NOW), node_secret(RING, ca, node, NOW),
-               management_secret(RING, "images-maac-server", ca, node, NOW)]
+    secrets = [ca_secret(RING, ca), node_secret(RING, ca, node),
+               management_secret(RING, "images-maac-server", ca, node)]
     assert [sorted(s["stringData"]) for s in secrets] == [["ca.crt", "ca.key"], ["ca.crt", "node.pem"],
                                                            ["ca.crt", "tls.crt", "tls.key"]]
     assert [s["metadata"]["name"] for s in secrets[:2]] == ["images-ca", "images-node-tls"]

@@ -51,6 +51,8 @@ def test_a_ring_is_reached_through_its_service_in_its_datacenter():
                                               tls_server_name="images-images-service")
     ring = ProvisionedRing("images")
     assert {"images-images-service", "images-images-service.ml.svc"} <= set(ring.server_names("ml"))
+    assert ring.secrets == ("images-superuser", "images-reader", "images-ca", "images-node-tls",
+                            "images-maac-server", "images-maac-client")  # what the Ring's deletion releases
     assert RingRef.from_spec(RING, "ml").identity != RingRef.from_spec(RING, "other").identity
     ring = ProvisionedRing("images")
     assert (ring.datacenter, ring.superuser_role, ring.reader_role) == ("images", "images_superuser", "images_reader")

@@ -83,15 +83,20 @@ def node_selector(name: str) -> str:
     return f"{CLUSTER_LABEL}={ring.name},{DATACENTER_LABEL}={ring.datacenter}"
 
 
-def credentials_secret(ring: dict, name: str, username: str, password: str) -> dict:
-    """A Secret with a role's username and password, as cass-operator reads them; deleted with the Ring, and never
-    before its CassandraDatacenter (see SECRET_FINALIZER)."""
+def ring_secret(ring: dict, name: str, data: Mapping[str, str], kind: str = "Opaque") -> dict:
+    """One of a Ring's Secrets (credentials, certificates): deleted with the Ring, and never before its
+    CassandraDatacenter (see SECRET_FINALIZER)."""
     return {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "apiVersion": "v1", "kind": "Secret", "type": kind,
         "metadata": {"name": name, "labels": ring_labels(ring["metadata"]["name"]),
                      "ownerReferences": [owner_reference(ring)], "finalizers": [SECRET_FINALIZER]},
-        "stringData": {"username": username, "password": password},
+        "stringData": dict(data),
     }
+
+
+def credentials_secret(ring: dict, name: str, username: str, password: str) -> dict:
+    """A Secret with a role's username and password, as cass-operator reads them."""
+    return ring_secret(ring, name, {"username": username, "password": password})
 
 
 def cleanup_task(ring: dict, step_started_at: dt.datetime) -> dict:

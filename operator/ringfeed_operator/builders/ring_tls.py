@@ -16,8 +16,7 @@ import datetime as dt
 from collections.abc import Mapping
 
 from ringfeed.ring import ProvisionedRing
-from ringfeed_operator.builders.meta import owner_reference
-from ringfeed_operator.builders.ring import SECRET_FINALIZER, ring_labels
+from ringfeed_operator.builders.ring import ring_secret
 from ringfeed_operator.pki import KeyPair
 
 NODE_TLS_VOLUME = "ringfeed-node-tls"
@@ -27,12 +26,10 @@ CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
 TLS_CERT, TLS_KEY = "tls.crt", "tls.key"  # cass-operator's names for the Management API's Secrets
 PEM_FACTORY = {"class_name": "org.apache.cassandra.security.PEMBasedSslContextFactory"}
+# At least 3600 (the CRD's minimum): Cassandra looks for new certificate files every 600 s (SSLFactory's fixed
+# period) and the kubelet updates a mounted Secret within about a minute, so a certificate renewed with a third of
+# its validity left is in use well before it expires.
 DEFAULT_VALIDITY_S = 90 * 24 * 3600
-# Cassandra looks for new certificate files every 600 s (SSLFactory's fixed period) and the kubelet updates a
-# mounted Secret within about a minute: a certificate renewed with a third of its validity left must be in use
-# well before it expires.
-MIN_VALIDITY_S = 3600
-ISSUED_AT = "ringfeed.io/issued-at"
 # The Management API does not load a renewed server certificate (its file watcher misses the symlink swap of a
 # Secret volume's update): its certificate lives as long as the CA, and only cass-operator, which holds the client
 # certificate of the same CA, checks it. A new CA issues it again, and the nodes take it when they restart.
@@ -73,31 +70,21 @@ def management_api_auth(name: str) -> dict:
                        "serverSecretName": ring.management_server_secret}}
 
 
-def _secret(ring: dict, name: str, data: Mapping[str, str], issued_at: dt.datetime, kind: str = "Opaque") -> dict:
-    return {
-        "apiVersion": "v1", "kind": "Secret", "type": kind,
-        "metadata": {"name": name, "labels": ring_labels(ring["metadata"]["name"]),
-                     "annotations": {ISSUED_AT: issued_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
-                     "ownerReferences": [owner_reference(ring)], "finalizers": [SECRET_FINALIZER]},
-        "stringData": dict(data),
-    }
-
-
-def ca_secret(ring: dict, ca: KeyPair, issued_at: dt.datetime) -> dict:
+def ca_secret(ring: dict, ca: KeyPair) -> dict:
     """The CA: its key stays with the operator; clients mount only ca.crt."""
-    return _secret(ring, ProvisionedRing(ring["metadata"]["name"]).ca_secret,
-                   {CA_CERT: ca.cert_pem, CA_KEY: ca.key_pem}, issued_at)
+    return ring_secret(ring, ProvisionedRing(ring["metadata"]["name"]).ca_secret,
+                       {CA_CERT: ca.cert_pem, CA_KEY: ca.key_pem})
 
 
-def node_secret(ring: dict, ca: KeyPair, node: KeyPair, issued_at: dt.datetime) -> dict:
-    return _secret(ring, ProvisionedRing(ring["metadata"]["name"]).node_tls_secret,
-                   {NODE_PEM: node.key_pem + node.cert_pem, CA_CERT: ca.cert_pem}, issued_at)
+def node_secret(ring: dict, ca: KeyPair, node: KeyPair) -> dict:
+    return ring_secret(ring, ProvisionedRing(ring["metadata"]["name"]).node_tls_secret,
+                       {NODE_PEM: node.key_pem + node.cert_pem, CA_CERT: ca.cert_pem})
 
 
-def management_secret(ring: dict, name: str, ca: KeyPair, leaf: KeyPair, issued_at: dt.datetime) -> dict:
+def management_secret(ring: dict, name: str, ca: KeyPair, leaf: KeyPair) -> dict:
     """cass-operator reads only Secrets of type kubernetes.io/tls for the Management API."""
-    return _secret(ring, name, {CA_CERT: ca.cert_pem, TLS_CERT: leaf.cert_pem, TLS_KEY: leaf.key_pem}, issued_at,
-                   "kubernetes.io/tls")
+    return ring_secret(ring, name, {CA_CERT: ca.cert_pem, TLS_CERT: leaf.cert_pem, TLS_KEY: leaf.key_pem},
+                       "kubernetes.io/tls")
 
 
 def secret_text(secret: dict, key: str) -> str | None:

@@ -246,8 +246,7 @@ def delete(name: str, namespace: str, body: dict, memo: Context, **_) -> None:
             event(body, "DatacenterDeleting", f"CassandraDatacenter {ring.datacenter}: cass-operator removes the nodes")
         raise kopf.TemporaryError(f"waiting for cass-operator to remove CassandraDatacenter {ring.datacenter}",
                                   delay=DELETION_RETRY_S)
-    for secret in (ring.superuser_secret, ring.reader_secret, ring.ca_secret, ring.node_tls_secret,
-                   ring.management_server_secret, ring.management_client_secret):
+    for secret in ring.secrets:
         memo.kube.release_secret(namespace, secret, SECRET_FINALIZER)
     memo.loads.forget(namespace, name)
     memo.metrics.forget_ring(namespace, name)

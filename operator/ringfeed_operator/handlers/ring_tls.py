@@ -33,14 +33,14 @@ def ensure_certificates(name: str, namespace: str, body: dict, memo: Context) ->
     names = ring.server_names(namespace)
     leaves: list[tuple[str, Callable[[], dict]]] = [
         (ring.node_tls_secret, lambda: node_secret(body, ca, issue(
-            ca, f"{name} nodes", now, lifetime, server=True, client=True, dns_names=names), now)),
+            ca, f"{name} nodes", now, lifetime, server=True, client=True, dns_names=names))),
         # Both uses on both certificates: the kubelet's probes call the Management API with the server's own
         # certificate, and cass-operator checks its client certificate as a server's (Go's default key usage).
         (ring.management_server_secret, lambda: management_secret(body, ring.management_server_secret, ca, issue(
             ca, f"{name} management api", now, MANAGEMENT_SERVER_VALIDITY, server=True, client=True,
-            dns_names=names), now)),
+            dns_names=names))),
         (ring.management_client_secret, lambda: management_secret(body, ring.management_client_secret, ca, issue(
-            ca, "cass-operator", now, lifetime, server=True, client=True), now)),
+            ca, "cass-operator", now, lifetime, server=True, client=True))),
     ]
     for secret_name, make in leaves:
         existing = memo.kube.read_secret(namespace, secret_name)
@@ -48,8 +48,11 @@ def ensure_certificates(name: str, namespace: str, body: dict, memo: Context) ->
         if cert and not renewal_due(cert, now) and signed_by(cert, ca.cert_pem):
             continue
         memo.kube.put_secret(namespace, make())
-        event(body, "CertificateRenewed" if existing else "CertificateIssued",
-              f"Secret {secret_name}: renewed before a third of its validity is left")
+        if existing:
+            event(body, "CertificateRenewed", f"Secret {secret_name}: a third of its validity or less was left, or "
+                                              "another CA had signed it")
+        else:
+            event(body, "CertificateIssued", f"Secret {secret_name}")
 
 
 def _ca(name: str, namespace: str, body: dict, memo: Context, now: dt.datetime) -> KeyPair:
@@ -59,6 +62,6 @@ def _ca(name: str, namespace: str, body: dict, memo: Context, now: dt.datetime) 
         if key and cert:
             return KeyPair(key, cert)
     ca = new_ca(f"Ring {namespace}/{name}", now)
-    memo.kube.put_secret(namespace, ca_secret(body, ca, now))
+    memo.kube.put_secret(namespace, ca_secret(body, ca))
     event(body, "CertificateIssued", f"Secret {secret_name}: the Ring's CA")
     return ca
