@@ -9,10 +9,11 @@ from ringfeed_operator import main as operator
 from ringfeed_operator.config import (
     CacheConfig,
     Config,
-    JobResourcesError,
+    ResourcesError,
     JobsConfig,
     RingsConfig,
     parse_job_resources,
+    parse_ring_resources,
 )
 
 
@@ -44,6 +45,9 @@ from ringfeed_operator.config import (
 @click.option("--ring-image", default=RingsConfig.image, show_default=True,
               help="Cassandra image with the Management API (MAAC) of the Rings' nodes, unless a Ring's spec.image "
                    "names another.")
+@click.option("--ring-resources", default=None, metavar="JSON",
+              help="Resources of each Ring node's Cassandra container (a ResourceRequirements as JSON), unless a "
+                   "Ring's spec.resources says otherwise. Default: 1 CPU / 2Gi requested, 4Gi limit.")
 @click.option("--cache-image", default=CacheConfig.image, show_default=True,
               help="Alluxio image of the Datasets' cache tiers (spec.cache.alluxio), unless a Dataset names another.")
 @click.option("--cache-image-pull-policy", default=CacheConfig.image_pull_policy, show_default=True,
@@ -55,7 +59,7 @@ from ringfeed_operator.config import (
 def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, job_image: str,
          job_image_pull_policy: str, job_service_account: str, job_backoff_limit: int,
          job_allow_host_path: bool,
-         job_resources: str | None, ring_image: str, cache_image: str, cache_image_pull_policy: str,
+         job_resources: str | None, ring_image: str, ring_resources: str | None, cache_image: str, cache_image_pull_policy: str,
          cache_host_dir: str, verbose: bool) -> None:
     """Reconcile Ringfeed's Dataset, Split, TrainingJob and Ring objects.
 
@@ -74,9 +78,15 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
     if job_resources is not None:
         try:
             jobs = dataclasses.replace(jobs, resources=parse_job_resources(job_resources, jobs.resources))
-        except JobResourcesError as error:
+        except ResourcesError as error:
             raise click.BadParameter(str(error), param_hint="--job-resources") from None
+    rings = RingsConfig(image=ring_image)
+    if ring_resources is not None:
+        try:
+            rings = dataclasses.replace(rings, resources=parse_ring_resources(ring_resources))
+        except ResourcesError as error:
+            raise click.BadParameter(str(error), param_hint="--ring-resources") from None
     operator.run(Config(watch_namespaces=namespaces, metrics_port=metrics_port, health_port=health_port, bind=bind,
-                        verbose=verbose, jobs=jobs, rings=RingsConfig(image=ring_image),
+                        verbose=verbose, jobs=jobs, rings=rings,
                         cache=CacheConfig(image=cache_image, image_pull_policy=cache_image_pull_policy,
                                           host_dir=cache_host_dir)))

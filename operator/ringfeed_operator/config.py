@@ -45,6 +45,10 @@ class RingsConfig:
 
     # rings.image.repository:tag — Cassandra with the Management API, unless a Ring's spec.image names another.
     image: str = "ghcr.io/k8ssandra/cass-management-api:5.0.9-ubi"
+    # rings.resources — each node's Cassandra container, unless a Ring's spec.resources says otherwise: a heap of
+    # 1Gi (the default spec.heapSize) with room off the heap, and Burstable rather than BestEffort.
+    resources: dict = dataclasses.field(default_factory=lambda: {
+        "requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,34 +86,53 @@ class Config:
     cache: CacheConfig = dataclasses.field(default_factory=CacheConfig)
 
 
-class JobResourcesError(ValueError):
-    """A `--job-resources` value (the chart's `jobs.resources`) that no Job could be created with."""
+class ResourcesError(ValueError):
+    """A `--job-resources` or `--ring-resources` value (the chart's `jobs.resources`, `rings.resources`) that no Pod
+    could be created with."""
+
+
+def check_requirements(where: str, requirements: object) -> None:
+    """Raises ResourcesError naming the problem unless `requirements` is a core ResourceRequirements of limits
+    and requests."""
+    if not isinstance(requirements, dict):
+        raise ResourcesError(f"{where}: give an object with {' and/or '.join(RESOURCE_SECTIONS)}")
+    for section, quantities in requirements.items():
+        if section not in RESOURCE_SECTIONS:
+            raise ResourcesError(f"{where}: unknown field {section!r} (fields: {', '.join(RESOURCE_SECTIONS)})")
+        if not isinstance(quantities, dict):
+            raise ResourcesError(f"{where}.{section}: give an object of resource quantities, e.g. {{\"memory\": "
+                                    "\"4Gi\"}")
+        for resource, quantity in quantities.items():
+            if isinstance(quantity, bool) or not QUANTITY.match(str(quantity)):
+                raise ResourcesError(f"{where}.{section}.{resource}: {quantity!r} is not a quantity "
+                                        "(e.g. 500m, 2, 4Gi)")
+
+
+def parse_json_object(text: str, example: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ResourcesError(f"not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise ResourcesError(f"give a JSON object {example}, not {text!r}")
+    return value
 
 
 def parse_job_resources(text: str, defaults: dict) -> dict:
     """The resources per role that `--job-resources` gives: a JSON object whose keys are roles (ingest, split,
     sidecar) and whose values are ResourceRequirements (limits, requests); a role given replaces that role's
-    defaults, a role left out keeps them. Raises JobResourcesError naming the problem, so that a bad chart value
+    defaults, a role left out keeps them. Raises ResourcesError naming the problem, so that a bad chart value
     stops the operator at its start instead of failing every Job it creates."""
-    try:
-        overrides = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise JobResourcesError(f"not JSON ({error})") from None
-    if not isinstance(overrides, dict):
-        raise JobResourcesError(f"give a JSON object with keys among {', '.join(JOB_ROLES)}, not {text!r}")
+    overrides = parse_json_object(text, f"with keys among {', '.join(JOB_ROLES)}")
     for role, requirements in overrides.items():
         if role not in JOB_ROLES:
-            raise JobResourcesError(f"unknown role {role!r}: the roles are {', '.join(JOB_ROLES)}")
-        if not isinstance(requirements, dict):
-            raise JobResourcesError(f"{role}: give an object with {' and/or '.join(RESOURCE_SECTIONS)}")
-        for section, quantities in requirements.items():
-            if section not in RESOURCE_SECTIONS:
-                raise JobResourcesError(f"{role}: unknown field {section!r} (fields: {', '.join(RESOURCE_SECTIONS)})")
-            if not isinstance(quantities, dict):
-                raise JobResourcesError(f"{role}.{section}: give an object of resource quantities, e.g. {{\"memory\": "
-                                 "\"4Gi\"}")
-            for resource, quantity in quantities.items():
-                if isinstance(quantity, bool) or not QUANTITY.match(str(quantity)):
-                    raise JobResourcesError(f"{role}.{section}.{resource}: {quantity!r} is not a quantity "
-                                            "(e.g. 500m, 2, 4Gi)")
+            raise ResourcesError(f"unknown role {role!r}: the roles are {', '.join(JOB_ROLES)}")
+        check_requirements(role, requirements)
     return {**defaults, **overrides}
+
+
+def parse_ring_resources(text: str) -> dict:
+    """The Rings' default node resources that `--ring-resources` gives: one ResourceRequirements as JSON."""
+    requirements = parse_json_object(text, f"with {' and/or '.join(RESOURCE_SECTIONS)}")
+    check_requirements("rings.resources", requirements)
+    return requirements

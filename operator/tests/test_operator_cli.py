@@ -1,4 +1,5 @@
-"""`ringfeed-operator`'s options: --job-resources is checked before the operator starts, --help says what runs."""
+"""`ringfeed-operator`'s options: --job-resources and --ring-resources are checked before the operator starts, --help
+says what runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from click.testing import CliRunner
 
 import ringfeed_operator
 from ringfeed_operator.cli import main
-from ringfeed_operator.config import JobsConfig, parse_job_resources
+from ringfeed_operator.config import JobsConfig, RingsConfig, parse_job_resources, parse_ring_resources
 
 DEFAULTS = JobsConfig().resources
 
@@ -57,6 +58,25 @@ def test_bad_job_resources_end_the_command_with_a_usage_error(text: str, message
     result = CliRunner().invoke(main, ["--metrics-port=0", f"--job-resources={text}"])
     assert result.exit_code == 2, result.output
     assert "Invalid value for --job-resources" in result.output and message in " ".join(result.output.split())
+
+
+def test_ring_resources_from_the_chart_defaults_are_the_operator_defaults():
+    chart = '{"limits":{"memory":"4Gi"},"requests":{"cpu":"1","memory":"2Gi"}}'   # helm's toJson
+    assert parse_ring_resources(chart) == RingsConfig().resources
+
+
+BAD_RING_RESOURCES = [
+    ("null", "give a JSON object with limits and/or requests, not 'null'"),
+    ('{"request": {"cpu": "1"}}', "rings.resources: unknown field 'request' (fields: limits, requests)"),
+    ('{"limits": {"memory": "4 GB"}}', "rings.resources.limits.memory: '4 GB' is not a quantity"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD_RING_RESOURCES, ids=[text for text, _ in BAD_RING_RESOURCES])
+def test_bad_ring_resources_end_the_command_with_a_usage_error(text: str, message: str):
+    result = CliRunner().invoke(main, ["--metrics-port=0", f"--ring-resources={text}"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for --ring-resources" in result.output and message in " ".join(result.output.split())
 
 
 def test_help_and_package_say_which_kinds_are_reconciled():

@@ -8,7 +8,7 @@ import datetime as dt
 
 import pytest
 
-from ringfeed_operator.builders.datacenter import datacenter, heap_option
+from ringfeed_operator.builders.datacenter import DELETE_PVC, datacenter, heap_option
 from ringfeed_operator.builders.ring import (
     LATENCY_P99,
     READS_PER_SECOND,
@@ -35,6 +35,7 @@ from ringfeed_operator.builders.ring import (
     step_finished_at,
     step_status,
 )
+from ringfeed_operator.config import RingsConfig
 
 T0 = dt.datetime(2026, 11, 24, 12, 0, 0, tzinfo=dt.UTC)
 RING = {
@@ -45,6 +46,8 @@ RING = {
              "resources": {"requests": {"cpu": "200m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}},
 }
 IMAGE = "registry.example/cass-management-api:5.0.9-ubi"
+RINGS = RingsConfig(image=IMAGE, resources={"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}})
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def at(seconds: float) -> dt.datetime:
@@ -58,9 +61,10 @@ def stamp(seconds: float) -> str:
 # -- what a Ring is made of -------------------------------------------------------------------------------------------
 
 def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
-    dc = datacenter(RING, IMAGE)
+    dc = datacenter(RING, RINGS)
     assert dc["metadata"]["name"] == "images" and dc["metadata"]["ownerReferences"][0]["uid"] == "7c1d-0001"
-    assert dc["metadata"]["annotations"] == {TRACK_CLEANUP: "true"}  # ScalingUp lasts until the cleanup is done
+    # ScalingUp lasts until the cleanup is done; the volumes outlive the datacenter (deletionPolicy Retain)
+    assert dc["metadata"]["annotations"] == {TRACK_CLEANUP: "true", DELETE_PVC: "false"}
     spec = dc["spec"]
     assert (spec["clusterName"], spec["serverType"], spec["serverVersion"], spec["size"]) == \
         ("images", "cassandra", "5.0.9", 2)
@@ -77,17 +81,32 @@ def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
     assert spec["podTemplateSpec"]["metadata"] == {
         "labels": {"ringfeed.io/ring": "images"},
         "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9000", "prometheus.io/path": "/metrics"}}
-    # the nodes' certificate in the Cassandra container, merged by cass-operator into its own container
+    # the nodes' certificate in the Cassandra container, merged by cass-operator into its own container; both of
+    # cass-operator's containers and the Pod under the restricted Pod Security Standard
     assert spec["podTemplateSpec"]["spec"] == {
-        "containers": [{"name": "cassandra", "resources": {}, "volumeMounts": [
-            {"name": "ringfeed-node-tls", "mountPath": "/etc/ringfeed/ring-tls", "readOnly": True}]}],
+        "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999, "runAsNonRoot": True,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": [{"name": "server-config-init", "resources": {}, "securityContext": RESTRICTED_CONTAINER}],
+        "containers": [{"name": "cassandra", "resources": {}, "securityContext": RESTRICTED_CONTAINER,
+                        "volumeMounts": [
+                            {"name": "ringfeed-node-tls", "mountPath": "/etc/ringfeed/ring-tls", "readOnly": True}]}],
         "volumes": [{"name": "ringfeed-node-tls", "secret": {"secretName": "images-node-tls"}}]}
     own_image = copy.deepcopy(RING)
     own_image["spec"].update(image="mine/cassandra:5.0.9", allowMultipleNodesPerWorker=True)
     own_image["spec"]["storage"] = {}
-    spec = datacenter(own_image, IMAGE)["spec"]
+    del own_image["spec"]["resources"]
+    spec = datacenter(own_image, RINGS)["spec"]
     assert spec["serverImage"] == "mine/cassandra:5.0.9" and spec["allowMultipleNodesPerWorker"] is True
     assert "storageClassName" not in spec["storageConfig"]["cassandraDataVolumeClaimSpec"]  # the default class
+    assert spec["resources"] == RINGS.resources  # the chart's rings.resources, never BestEffort
+
+
+@pytest.mark.parametrize(("policy", "deleted"), [(None, "false"), ("Retain", "false"), ("Delete", "true")])
+def test_only_deletion_policy_delete_lets_cass_operator_delete_the_volumes(policy, deleted):
+    ring = copy.deepcopy(RING)
+    if policy:
+        ring["spec"]["deletionPolicy"] = policy
+    assert datacenter(ring, RINGS)["metadata"]["annotations"][DELETE_PVC] == deleted
 
 
 @pytest.mark.parametrize(("quantity", "option"), [("1Gi", "1G"), ("512Mi", "512M"), ("2097152Ki", "2048M"),
@@ -108,13 +127,14 @@ def test_secrets_and_cleanup_tasks_belong_to_the_ring():
     task = cleanup_task(RING, at(0))
     assert task["metadata"]["name"] == f"images-cleanup-{int(T0.timestamp())}"  # one per step
     assert task["metadata"]["labels"]["cassandra.datastax.com/datacenter"] == "images"
+    assert task["metadata"]["ownerReferences"][0]["uid"] == "7c1d-0001"  # goes with the Ring
     assert task["spec"] == {"datacenter": {"name": "images", "namespace": "ml"},
                             "jobs": [{"name": "cleanup-images", "command": "cleanup"}]}
     assert node_selector("images") == "cassandra.datastax.com/cluster=images,cassandra.datastax.com/datacenter=images"
 
 
 def test_a_ring_speaks_only_tls_and_its_management_api_only_mutual_tls():
-    spec = datacenter(RING, IMAGE)["spec"]
+    spec = datacenter(RING, RINGS)["spec"]
     yaml = spec["config"]["cassandra-yaml"]
     client = yaml["client_encryption_options"]
     assert client["enabled"] is True and client["optional"] is False  # a plaintext client is refused

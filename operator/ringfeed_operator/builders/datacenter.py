@@ -1,5 +1,6 @@
-"""A Ring's CassandraDatacenter, pure: cass-operator's spec of the nodes (image, volumes, heap, logins and grants,
-TLS from ``ring_tls``, always on, security contexts), at the size only a step changes (``builders.ring``)."""
+"""A Ring's CassandraDatacenter, pure: cass-operator's spec of the nodes (image, volumes, heap, resources, logins
+and grants, TLS from ``ring_tls``, always on, the restricted Pod Security profile), what deleting it does to the
+volumes, at the size only a step changes (``builders.ring``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 from typing import Any
 
 from ringfeed.ring import ProvisionedRing
+from ringfeed_operator.config import RingsConfig
 from ringfeed_operator.builders.meta import owner_reference, scrape_annotations
 from ringfeed_operator.builders.ring import (
     DC_GROUP,
@@ -24,6 +26,17 @@ MIB = 1024 * 1024
 # The init container that writes each node's configuration (k8ssandra-client `config build`) needs little; its
 # default request of a whole CPU would count against each Cassandra Pod.
 CONFIG_BUILDER_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+# cass-operator deletes a datacenter's volumes with it unless this says "false".
+DELETE_PVC = "cassandra.datastax.com/delete-pvc"
+# The image's cassandra user, which cass-operator runs the nodes as when it writes the Pod's security context itself.
+CASSANDRA_UID = 999
+# The restricted Pod Security Standard: a given Pod security context replaces cass-operator's whole default one.
+POD_SECURITY = {"runAsUser": CASSANDRA_UID, "runAsGroup": CASSANDRA_UID, "fsGroup": CASSANDRA_UID,
+                "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+# cass-operator's containers, found by name and completed by it: the node and the init container writing its
+# configuration.
+SERVER_CONTAINER, CONFIG_CONTAINER = "cassandra", "server-config-init"
 
 
 def heap_option(quantity: str | int) -> str:
@@ -36,7 +49,7 @@ def heap_option(quantity: str | int) -> str:
     return f"{max(1, int(text) // MIB)}M"
 
 
-def datacenter_spec(ring: dict, image: str) -> dict:
+def datacenter_spec(ring: dict, rings: RingsConfig) -> dict:
     """The CassandraDatacenter's spec but for its size, which only a step changes."""
     spec = ring["spec"]
     name = ring["metadata"]["name"]
@@ -52,7 +65,7 @@ def datacenter_spec(ring: dict, image: str) -> dict:
         "clusterName": provisioned.name,
         "serverType": "cassandra",
         "serverVersion": spec.get("serverVersion", "5.0.9"),
-        "serverImage": spec.get("image") or image,
+        "serverImage": spec.get("image") or rings.image,
         "superuserSecretName": provisioned.superuser_secret,
         # cass-operator creates the role of each Secret (LOGIN, not superuser); the operator grants it SELECT on
         # the keyspaces of the ring's Datasets.
@@ -69,9 +82,14 @@ def datacenter_spec(ring: dict, image: str) -> dict:
                                          "annotations": scrape_annotations(MAAC_METRICS_PORT)},
                             # resources: {} as the CRD's schema defaults it, else every reconcile would
                             # find a difference and restart the nodes.
-                            "spec": {"containers": [{"name": "cassandra", "resources": {}, "volumeMounts": [mount]}],
+                            "spec": {"securityContext": POD_SECURITY,
+                                     "initContainers": [{"name": CONFIG_CONTAINER, "resources": {},
+                                                         "securityContext": CONTAINER_SECURITY}],
+                                     "containers": [{"name": SERVER_CONTAINER, "resources": {},
+                                                     "securityContext": CONTAINER_SECURITY,
+                                                     "volumeMounts": [mount]}],
                                      "volumes": [volume]}},
-        "resources": spec.get("resources") or {},
+        "resources": spec.get("resources") or rings.resources,
         "configBuilderResources": CONFIG_BUILDER_RESOURCES,
         "config": {"jvm-server-options": {"initial_heap_size": heap, "max_heap_size": heap},
                    # Logins and grants, whatever the image's defaults: the loaders' role may only read.
@@ -79,13 +97,20 @@ def datacenter_spec(ring: dict, image: str) -> dict:
     }
 
 
-def datacenter(ring: dict, image: str) -> dict:
+def volume_policy(ring: dict) -> dict[str, str]:
+    """The datacenter's annotation saying whether cass-operator deletes the nodes' volumes with it (spec.deletionPolicy:
+    only Delete does)."""
+    return {DELETE_PVC: "true" if ring["spec"].get("deletionPolicy") == "Delete" else "false"}
+
+
+def datacenter(ring: dict, rings: RingsConfig) -> dict:
     """The CassandraDatacenter that runs the ring, at spec.nodes (a new ring has no data to move: every node starts
     at once, as cass-operator brings them up one after another)."""
     name = ring["metadata"]["name"]
     return {
         "apiVersion": f"{DC_GROUP}/{DC_VERSION}", "kind": "CassandraDatacenter",
         "metadata": {"name": ProvisionedRing(name).datacenter, "labels": ring_labels(name),
-                     "annotations": {TRACK_CLEANUP: "true"}, "ownerReferences": [owner_reference(ring)]},
-        "spec": {**datacenter_spec(ring, image), "size": ring["spec"].get("nodes", 1)},
+                     "annotations": {TRACK_CLEANUP: "true", **volume_policy(ring)},
+                     "ownerReferences": [owner_reference(ring)]},
+        "spec": {**datacenter_spec(ring, rings), "size": ring["spec"].get("nodes", 1)},
     }

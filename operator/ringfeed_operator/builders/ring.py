@@ -107,7 +107,8 @@ def cleanup_task(ring: dict, step_started_at: dt.datetime) -> dict:
     return {
         "apiVersion": f"{TASK_GROUP}/{TASK_VERSION}", "kind": "CassandraTask",
         "metadata": {"name": f"{name}-cleanup-{int(step_started_at.timestamp())}",
-                     "labels": {**ring_labels(name), DATACENTER_LABEL: datacenter_name}},
+                     "labels": {**ring_labels(name), DATACENTER_LABEL: datacenter_name},
+                     "ownerReferences": [owner_reference(ring)]},
         "spec": {"datacenter": {"name": datacenter_name, "namespace": ring["metadata"]["namespace"]},
                  "jobs": [{"name": f"cleanup-{datacenter_name}", "command": "cleanup"}]},
     }

@@ -10,7 +10,7 @@ import secrets
 import kopf
 
 from ringfeed.ring import ProvisionedRing
-from ringfeed_operator.builders.datacenter import datacenter, datacenter_spec
+from ringfeed_operator.builders.datacenter import datacenter, datacenter_spec, volume_policy
 from ringfeed_operator.builders.ring import (
     DATACENTER_LABEL,
     DC_GROUP,
@@ -71,7 +71,7 @@ def reconcile(name: str, namespace: str, status: dict, meta: dict, body: dict, m
             event(body, "SecretCreated", f"Secret {secret}: role {role}")
     ensure_certificates(name, namespace, body, memo)
     dc = memo.kube.read_custom(DATACENTERS, namespace, ring.datacenter)
-    wanted = datacenter(body, memo.config.rings.image)
+    wanted = datacenter(body, memo.config.rings)
     if dc is None:
         memo.kube.create_custom(DATACENTERS, namespace, wanted)
         event(body, "DatacenterCreated", f"CassandraDatacenter {ring.datacenter}: {wanted['spec']['size']} nodes of "
@@ -80,7 +80,10 @@ def reconcile(name: str, namespace: str, status: dict, meta: dict, body: dict, m
         give_up(patch, conditions, generation, "DatacenterExists", f"CassandraDatacenter {ring.datacenter} exists and "
                 "belongs to another object: delete it, or name the Ring otherwise", permanent=True)
     else:
-        settings = datacenter_spec(body, memo.config.rings.image)
+        policy = volume_policy(body)
+        if any((dc["metadata"].get("annotations") or {}).get(key) != value for key, value in policy.items()):
+            memo.kube.patch_custom(DATACENTERS, namespace, ring.datacenter, {"metadata": {"annotations": policy}})
+        settings = datacenter_spec(body, memo.config.rings)
         if any(dc["spec"].get(key) != value for key, value in settings.items()):
             memo.kube.patch_custom(DATACENTERS, namespace, ring.datacenter, {"spec": settings})
             event(body, "DatacenterUpdated", f"CassandraDatacenter {ring.datacenter}: settings of the spec applied "
@@ -242,8 +245,14 @@ def delete(name: str, namespace: str, body: dict, memo: Context, **_) -> None:
     dc = memo.kube.read_custom(DATACENTERS, namespace, ring.datacenter)
     if dc is not None and owned_by(dc, body):
         if not dc["metadata"].get("deletionTimestamp"):
+            # The volumes go or stay as the Ring says now, whatever it said when the datacenter was last patched.
+            memo.kube.patch_custom(DATACENTERS, namespace, ring.datacenter,
+                                   {"metadata": {"annotations": volume_policy(body)}})
             memo.kube.delete_custom(DATACENTERS, namespace, ring.datacenter)
-            event(body, "DatacenterDeleting", f"CassandraDatacenter {ring.datacenter}: cass-operator removes the nodes")
+            volumes = ("go with them" if body["spec"].get("deletionPolicy") == "Delete"
+                       else "stay (deletionPolicy Retain): a Ring of the same name finds the data")
+            event(body, "DatacenterDeleting", f"CassandraDatacenter {ring.datacenter}: cass-operator removes the "
+                                              f"nodes; their volumes {volumes}")
         raise kopf.TemporaryError(f"waiting for cass-operator to remove CassandraDatacenter {ring.datacenter}",
                                   delay=DELETION_RETRY_S)
     for secret in ring.secrets:
