@@ -207,6 +207,49 @@ def test_a_missing_part_is_refused_and_a_missing_split_is_waited_for(cluster: Cl
     assert "Split not-yet does not exist" in cluster.wait("early waiting", waiting, timeout_s=60)["message"]
 
 
+REACHING_THE_CREDENTIALS = {
+    "shares-processes": ({"shareProcessNamespace": True}, "spec.template.spec.shareProcessNamespace is true"),
+    "host-pid": ({"hostPID": True}, "spec.template.spec.hostPID is true"),
+    "as-the-sidecar": ({"securityContext": {"runAsUser": 47701}}, "runAsUser is 47701, the loader sidecar's user"),
+    "mounts-the-login": ({"volumes": [{"name": "login", "secret": {"secretName": "ring-credentials"}}]},
+                         "volume 'login' names Secret ring-credentials (the ring login of Dataset tj-slides)"),
+    "projects-the-login": ({"volumes": [{"name": "bundle", "projected": {"sources": [
+                               {"secret": {"name": "ring-credentials"}}]}}]},
+                           "volume 'bundle' names Secret ring-credentials"),
+    "reads-the-password": ({"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "ring-credentials",
+                                                                                 "key": "password"}}}]},
+                           "container 'trainer' variable P names Secret ring-credentials"),
+    "takes-the-token": ({"envFrom": [{"secretRef": {"name": "isolated-takes-the-token-control"}}]},
+                        "names Secret isolated-takes-the-token-control (this TrainingJob's control token)"),
+}
+
+
+@pytest.mark.parametrize("case", REACHING_THE_CREDENTIALS, ids=list(REACHING_THE_CREDENTIALS))
+def test_a_template_that_would_reach_the_credentials_is_refused(cluster: Cluster, ns: str, split: dict, case: str):
+    change, said = REACHING_THE_CREDENTIALS[case]
+    name = f"isolated-{case}"
+    body = trainingjob(name)
+    pod = body["spec"]["template"]["spec"]
+    for key, value in change.items():
+        if key in ("env", "envFrom"):
+            pod["containers"][0][key] = [*pod["containers"][0].get(key, []), *value]
+        elif key == "volumes":
+            pod["volumes"] = [*pod["volumes"], *value]
+        else:
+            pod[key] = value
+    create(cluster, ns, "trainingjobs", body)
+
+    def refused():
+        found = condition(get(cluster, ns, "trainingjobs", name), "Ready")
+        return found if found.get("reason") == "TrainerNotIsolated" else None
+    ready = cluster.wait(f"{name} refused", refused, timeout_s=60)
+    assert ready["status"] == "False", ready
+    assert ready["message"].startswith("the trainer must not reach the ring's credentials"), ready["message"]
+    assert said in ready["message"], ready["message"]
+    assert not cluster.batch.list_namespaced_job(ns, label_selector=f"ringfeed.io/trainingjob={name}").items
+    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", name)
+
+
 def test_the_api_server_refuses_changes_and_bad_names(cluster: Cluster, ns: str, split: dict):
     create(cluster, ns, "trainingjobs", trainingjob("fixed", suspend=True))
     for patch, field in (({"spec": {"replicas": 3}}, "replicas"), ({"spec": {"loader": {"batchSize": 8}}}, "loader")):

@@ -9,8 +9,8 @@ from ringfeed_operator import main as operator
 from ringfeed_operator.config import (
     CacheConfig,
     Config,
-    ResourcesError,
     JobsConfig,
+    ResourcesError,
     RingsConfig,
     parse_job_resources,
     parse_ring_resources,
@@ -59,8 +59,8 @@ from ringfeed_operator.config import (
 def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, job_image: str,
          job_image_pull_policy: str, job_service_account: str, job_backoff_limit: int,
          job_allow_host_path: bool,
-         job_resources: str | None, ring_image: str, ring_resources: str | None, cache_image: str, cache_image_pull_policy: str,
-         cache_host_dir: str, verbose: bool) -> None:
+         job_resources: str | None, ring_image: str, ring_resources: str | None, cache_image: str,
+         cache_image_pull_policy: str, cache_host_dir: str, verbose: bool) -> None:
     """Reconcile Ringfeed's Dataset, Split, TrainingJob and Ring objects.
 
     Inside a cluster the service account's credentials are used; outside, the current kubeconfig context.

@@ -280,10 +280,14 @@ class Kube:
     def referrers(self, namespace: str, plural: str, field: Callable[[dict], str | None], name: str) -> list[str]:
         """Names of the objects of ``plural`` in ``namespace`` whose ``field(spec)`` is ``name``: a LIST, for the
         deletion guards, which must not trust an index that may not have seen a new referrer yet."""
+        items = self.list_objects(namespace, plural)
+        return sorted(item["metadata"]["name"] for item in items if field(item.get("spec") or {}) == name)
+
+    def list_objects(self, namespace: str, plural: str) -> list[dict]:
+        """Every Ringfeed object of ``plural`` in ``namespace``: a LIST."""
         # Custom objects come back as the JSON the API server sent (typed `object` by the client).
         listed = cast(dict[str, Any], self._custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural))
-        items = listed["items"]
-        return sorted(item["metadata"]["name"] for item in items if field(item.get("spec") or {}) == name)
+        return cast(list[dict], listed["items"])
 
     def read_object(self, namespace: str, plural: str, name: str) -> dict | None:
         try:

@@ -26,6 +26,7 @@ from ringfeed_operator.builders.trainingjob import (
     sidecar_arguments,
     summary,
 )
+from ringfeed_operator.isolation import SIDECAR_UID
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = yaml.safe_load((REPO / "crds" / "samples" / "trainingjob.yaml").read_text())
@@ -75,6 +76,19 @@ def test_only_the_sidecar_sees_the_ring_and_its_credentials():
     assert env["RINGFEED_FEED_DIR"] == FEED_DIR
     assert {"name": "ringfeed-feed", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
     assert sidecar["image"] == SETTINGS.image and sidecar["resources"] == SETTINGS.resources["sidecar"]
+
+
+def test_the_sidecar_runs_as_its_own_user_and_shares_the_feed_through_the_pods_fs_group():
+    pod = job_of(trainingjob())["spec"]["template"]["spec"]
+    sidecar = pod["initContainers"][0]["securityContext"]
+    assert (sidecar["runAsUser"], sidecar["runAsGroup"], sidecar["runAsNonRoot"]) == (SIDECAR_UID, SIDECAR_UID, True)
+    assert sidecar["capabilities"] == {"drop": ["ALL"]} and sidecar["readOnlyRootFilesystem"] is True
+    trainer_user = pod["containers"][0].get("securityContext", {}).get("runAsUser")
+    assert trainer_user != SIDECAR_UID
+    assert pod["securityContext"]["fsGroup"] == SIDECAR_UID  # the feed directory's group, given to both
+    own = trainingjob()
+    own["spec"]["template"]["spec"]["securityContext"] = {"fsGroup": 2000, "runAsUser": 1000}
+    assert job_of(own)["spec"]["template"]["spec"]["securityContext"] == {"fsGroup": 2000, "runAsUser": 1000}
 
 
 def test_the_sidecars_metrics_name_their_trainingjob_and_are_offered_for_scraping():

@@ -280,7 +280,8 @@ class FeedServer:
         path.unlink(missing_ok=True)
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
             listener.bind(str(path))
-            os.chmod(path, 0o666)  # the trainer may run as another user
+            # The trainer may run as another user, in the feed directory's group (a Pod's fsGroup): not others.
+            os.chmod(path, 0o660)
             listener.listen(1)
             if ready is not None:
                 ready.set()

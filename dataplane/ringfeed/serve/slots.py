@@ -34,7 +34,7 @@ class Slots:
         self._maps: dict[str, mmap.mmap] = {}
         self._free: queue.Queue[str] = queue.Queue()
         for name in self.names:
-            (directory / name).touch(mode=0o644)
+            (directory / name).touch(mode=0o640)  # the trainer reads through the Pod's fsGroup
             self._free.put(name)
 
     def take(self, timeout_s: float) -> str | None:

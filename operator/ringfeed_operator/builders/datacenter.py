@@ -8,7 +8,6 @@ import re
 from typing import Any
 
 from ringfeed.ring import ProvisionedRing
-from ringfeed_operator.config import RingsConfig
 from ringfeed_operator.builders.meta import owner_reference, scrape_annotations
 from ringfeed_operator.builders.ring import (
     DC_GROUP,
@@ -19,6 +18,7 @@ from ringfeed_operator.builders.ring import (
     ring_labels,
 )
 from ringfeed_operator.builders.ring_tls import encryption_settings, management_api_auth, node_volume
+from ringfeed_operator.config import RingsConfig
 
 AUTH_SETTINGS = {"authenticator": "PasswordAuthenticator", "authorizer": "CassandraAuthorizer",
                  "role_manager": "CassandraRoleManager"}

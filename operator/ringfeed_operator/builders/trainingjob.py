@@ -1,9 +1,11 @@
 """A TrainingJob's objects: an Indexed Job (one Pod per rank) with the loader sidecar injected, and the headless
 Service its ranks rendezvous through; the TrainingJob's status from the Job and the sidecars' reports. Pure.
 
-Credentials stay with the sidecar: the ring's Secret and CA reach only the ``ringfeed-loader`` container; the
-trainer gets the shared-memory feed directory, its rank's torch.distributed environment and nothing else, and the
-Pod mounts no ServiceAccount token unless the template asks for one.
+Credentials stay with the sidecar: the ring's Secret and CA reach only the ``ringfeed-loader`` container, which
+runs as a user of its own (``isolation.SIDECAR_UID``); the trainer gets the shared-memory feed directory (its files
+shared through the Pod's fsGroup, never world-writable), its rank's torch.distributed environment and nothing else,
+and the Pod mounts no ServiceAccount token unless the template asks for one. The handler refuses a template that
+would reach the sidecar's processes or the ring's Secrets (``isolation``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ringfeed_operator.builders.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, M
 from ringfeed_operator.builders.meta import scrape_annotations
 from ringfeed_operator.builders.ring import ring_env, ring_volumes
 from ringfeed_operator.config import CacheConfig, JobsConfig
+from ringfeed_operator.isolation import SIDECAR_UID
 
 LABEL_TRAININGJOB = "ringfeed.io/trainingjob"
 SIDECAR = "ringfeed-loader"
@@ -147,6 +150,9 @@ def _inject_sidecar(pod: dict, metadata: dict, spec: dict, dataset: dict, catalo
     if positions := {str(item["rank"]): item["position"] for item in ranks or () if item.get("position")}:
         metadata["annotations"] = {**metadata["annotations"],
                                    POSITIONS_ANNOTATION: json.dumps(positions, separators=(",", ":"), sort_keys=True)}
+    # The feed directory's group, which the kubelet gives both containers: the sidecar's files are the trainer's
+    # to read through it (a template's own fsGroup serves as well).
+    pod.setdefault("securityContext", {}).setdefault("fsGroup", SIDECAR_UID)
     rank_env = [*rank_env, {"name": FEED_DIR_ENV, "value": FEED_DIR}]
     feed_mount = {"name": FEED_VOLUME, "mountPath": FEED_DIR}
     for container in pod["containers"]:
@@ -207,7 +213,7 @@ def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, rank_e
                           "failureThreshold": 3},
         "volumeMounts": mounts,
         "resources": sidecar_spec.get("resources") or config.resources.get("sidecar", {}),
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": SIDECAR_UID, "runAsGroup": SIDECAR_UID,
                             "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
     }

@@ -12,6 +12,7 @@ import kopf
 
 from ringfeed_operator.builders.cache import cache_spec
 from ringfeed_operator.builders.dataset import catalog_name
+from ringfeed_operator.builders.ring import LABEL_RING
 from ringfeed_operator.builders.trainingjob import (
     CONTROL_KEY,
     LABEL_TRAININGJOB,
@@ -28,6 +29,7 @@ from ringfeed_operator.builders.trainingjob import (
 from ringfeed_operator.context import Context
 from ringfeed_operator.feeds import feed_status
 from ringfeed_operator.handlers.common import event, give_up
+from ringfeed_operator.isolation import isolation_breaches, refusal, ring_secret_names, secret_references
 from ringfeed_operator.kube import JobRejected
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
 
@@ -64,6 +66,11 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     if dataset is None:
         give_up(patch, conditions, generation, "DatasetNotFound", f"Dataset {dataset_name} of Split {split_name} "
                 "does not exist", permanent=False, delay=10)
+    template = spec["template"].get("spec") or {}
+    references = secret_references(template)
+    forbidden = _forbidden_secrets(name, namespace, dataset, references, memo)
+    if message := refusal(isolation_breaches(template), forbidden, references):
+        give_up(patch, conditions, generation, "TrainerNotIsolated", message, permanent=True)
     if spec.get("access", "sidecar") == "posix":
         _require_cache(dataset, patch, conditions, generation)
     job = rank_job(body, dataset, catalog_name(dataset_name, dataset["spec"]), computed["version"], memo.config.jobs,
@@ -97,6 +104,28 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         conditions.set("Ready", False, "Starting", f"starting {spec.get('replicas', 1)} rank(s)")
         patch.status["conditions"] = conditions.as_list()
     patch.status["observedGeneration"] = generation
+
+
+def _forbidden_secrets(name: str, namespace: str, dataset: dict, references: Mapping[str, list[str]],
+                       memo: Context) -> dict[str, str]:
+    """The Secrets among `references` (and this job's own) that the trainer must not name, each with whose it is: its
+    Dataset's ring's, the control token's, any Ring's or TrainingJob's (by their labels), any other Dataset's ring
+    login. Reads only what the template names: a template that names no Secret costs no request."""
+    dataset_name = dataset["metadata"]["name"]
+    forbidden = {secret: f"the ring login of Dataset {dataset_name}"
+                 for secret in ring_secret_names(dataset["spec"]["storage"])}
+    forbidden[control_secret_name(name)] = "this TrainingJob's control token"
+    for secret_name in sorted(set(references) - set(forbidden)):
+        labels = (((memo.kube.read_secret(namespace, secret_name) or {}).get("metadata") or {}).get("labels") or {})
+        if LABEL_RING in labels:
+            forbidden[secret_name] = f"Ring {labels[LABEL_RING]}'s"
+        elif LABEL_TRAININGJOB in labels:
+            forbidden[secret_name] = f"the control token of TrainingJob {labels[LABEL_TRAININGJOB]}"
+    if unknown := set(references) - set(forbidden):
+        for other in memo.kube.list_objects(namespace, "datasets"):
+            for secret_name in ring_secret_names((other.get("spec") or {}).get("storage") or {}) & unknown:
+                forbidden[secret_name] = f"the ring login of Dataset {other['metadata']['name']}"
+    return forbidden
 
 
 def _require_cache(dataset: dict, patch: kopf.Patch, conditions: Conditions, generation: int) -> None:
