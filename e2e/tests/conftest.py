@@ -137,6 +137,37 @@ def namespace(cluster: Cluster, request) -> str:
 
 # -- the chart, a ring outside the cluster and samples: module fixtures of the operator's tests -------------------
 
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
+# The PersistentVolumes a module's namespace binds (cluster-wide objects), deleted with it.
+TEST_NAMESPACE_LABEL = "ringfeed.io/test-namespace"
+SAMPLES_CLAIM, CUDA_CLAIM = "samples", "cuda-libraries"
+# torch's PyPI wheel links its CUDA libraries even on CPU; the example image leaves those 3 GB out and the Pods mount
+# them read-only from this node (the venv's, matching its torch), as a GPU node hands its driver to containers.
+CUDA_LIBRARIES = REPO / ".venv" / "lib" / "python3.11" / "site-packages" / "nvidia"
+
+
+def host_directory_claim(cluster: Cluster, ns: str, claim: str, path: Path) -> None:
+    """A folder of this node as PersistentVolumeClaim `claim` of `ns`, read-only (a hostPath PersistentVolume bound
+    to it): what a Pod under the restricted Pod Security level may mount, where a hostPath volume is refused."""
+    volume = f"{ns}-{claim}"
+    cluster.core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": volume, "labels": {TEST_NAMESPACE_LABEL: ns}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(path), "type": "Directory"},
+                 "claimRef": {"namespace": ns, "name": claim}}})
+    cluster.core.create_namespaced_persistent_volume_claim(ns, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": volume,
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+
+
+@pytest.fixture(scope="module")
+def cuda_libraries(cluster: Cluster, ns: str) -> str:
+    """The claim of the trainer Pods' CUDA libraries in the module's namespace."""
+    host_directory_claim(cluster, ns, CUDA_CLAIM, CUDA_LIBRARIES)
+    return CUDA_CLAIM
+
 PATIENTS, PER_PATIENT = 6, 5  # per class, in `source`
 TEST_STATE = Path(os.environ.get("RINGFEED_TEST_STATE", REPO / ".state" / "test"))
 
@@ -162,8 +193,9 @@ def store(ring):
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    """/tmp/…/samples: manifest.csv (path, label, patient_id) + JPEGs, readable by the images' user 10001."""
+def source(tmp_path_factory, cluster: Cluster, ns: str):
+    """/tmp/…/samples: manifest.csv (path, label, patient_id) + JPEGs, readable by the images' user 10001; claim
+    SAMPLES_CLAIM of the module's namespace."""
     from PIL import Image
 
     root = Path(tmp_path_factory.mktemp("e2e-source")) / "samples"
@@ -185,6 +217,7 @@ def source(tmp_path_factory):
         folder.chmod(0o755)
     for file in root.iterdir():
         file.chmod(0o644)
+    host_directory_claim(cluster, ns, SAMPLES_CLAIM, root)
     return root
 
 
@@ -209,6 +242,10 @@ def ns(cluster: Cluster, release, request):
     module = request.module.__name__.removeprefix("test_").replace("_", "-")
     name = f"e2e-{module}-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", name)
+    # What a platform team sets: the restricted Pod Security level, unless the module says otherwise (the cache
+    # tier's namespace, whose FUSE Pods are privileged).
+    labels = getattr(request.module, "NAMESPACE_LABELS", RESTRICTED)
+    cluster.kubectl("label", "namespace", name, *(f"{key}={value}" for key, value in labels.items()))
     cluster.wait("default ServiceAccount", lambda: cluster.core.list_namespaced_service_account(
         name, field_selector="metadata.name=default").items)
     yield name
@@ -221,3 +258,5 @@ def ns(cluster: Cluster, release, request):
         cluster.kubectl("delete", plural, "--all", "-n", name, "--wait=true", "--timeout=120s", check=False,
                         timeout=150)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    cluster.kubectl("delete", "persistentvolumes", "-l", f"{TEST_NAMESPACE_LABEL}={name}", "--wait=false",
+                    check=False)

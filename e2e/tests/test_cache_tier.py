@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from ringfeed.splits import load_split
-from test_trainingjob import CUDA_LIBRARIES, trained_by_rank, wait_phase
+from test_trainingjob import trained_by_rank, wait_phase
 
+from conftest import CUDA_CLAIM
 from kubecluster import CACHE_HOST_DIR, GROUP, VERSION, Cluster
 from test_operator import condition, create, dataset_manifest, events, get, wait_ready
 
@@ -27,13 +28,15 @@ CATALOG = DATASET.replace("-", "_")
 PASSWORD = "cache-e2e-password-7a2d"  # reaches the master and the workers only
 CLASSES = ["normal", "tumor"]
 RING_BYTES_METRIC = "Cluster_BytesReadUfsAll"  # Alluxio's count of bytes its workers read from the under-storage
+# The one namespace of the suite that may run a cache tier: opted in by its label, privileged for the FUSE Pods.
+NAMESPACE_LABELS = {"ringfeed.io/cache-tier": "allowed", "pod-security.kubernetes.io/enforce": "privileged"}
 
 
 @pytest.fixture(scope="module")
-def split(cluster: Cluster, ns: str, ring, store, source) -> dict:
+def split(cluster: Cluster, ns: str, ring, store, source, cuda_libraries: str) -> dict:
     cluster.kubectl("create", "secret", "generic", "ring-credentials", "-n", ns, "--from-literal=username=cassandra",
                     f"--from-literal=password={PASSWORD}")
-    manifest = dataset_manifest(DATASET, ring, source, cache={"alluxio": {"memory": "256Mi"}})
+    manifest = dataset_manifest(DATASET, ring, cache={"alluxio": {"memory": "256Mi"}})
     create(cluster, ns, "datasets", manifest)
     wait_ready(cluster, ns, "datasets", DATASET)
     create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": SPLIT},
@@ -76,8 +79,8 @@ def posix_trainingjob(name: str) -> dict:
                                       "mountPath": "/opt/trainer/lib/python3.11/site-packages/nvidia"}],
                     "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
                 }],
-                "volumes": [{"name": "cuda-libraries", "hostPath": {"path": str(CUDA_LIBRARIES),
-                                                                    "type": "Directory"}}],
+                "volumes": [{"name": "cuda-libraries",
+                             "persistentVolumeClaim": {"claimName": CUDA_CLAIM, "readOnly": True}}],
             }},
         },
     }

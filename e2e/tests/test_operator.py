@@ -21,13 +21,14 @@ from ringfeed.local import LocalRing
 from ringfeed.splits import SplitSpec, load_split
 from ringfeed.splits.engine import compute_split
 
-from conftest import PATIENTS
+from conftest import PATIENTS, SAMPLES_CLAIM, host_directory_claim
 from kubecluster import CHART, CRDS, GROUP, LOCAL_SETTINGS, RELEASE, REPO, SYSTEM, VERSION, Cluster
 from prometheus import lint
 
 # -- helpers -----------------------------------------------------------------------------------------------------
 
-def dataset_manifest(name: str, ring: LocalRing, source: Path, **spec) -> dict:
+def dataset_manifest(name: str, ring: LocalRing, **spec) -> dict:
+    """A Dataset on the external ring, ingesting the module's samples (`source`'s claim in its namespace)."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Dataset", "metadata": {"name": name},
         "spec": {
@@ -36,7 +37,7 @@ def dataset_manifest(name: str, ring: LocalRing, source: Path, **spec) -> dict:
             "schema": {"naturalKeys": [{"name": "path", "type": "text"}],
                        "metadata": [{"name": "patient_id", "type": "text"}],
                        "encoding": {"kind": "jpeg"}, "labelNames": ["normal", "tumor"]},
-            "ingest": {"source": {"volume": {"hostPath": {"path": str(source), "type": "Directory"}},
+            "ingest": {"source": {"volume": {"persistentVolumeClaim": {"claimName": SAMPLES_CLAIM, "readOnly": True}},
                                   "path": "manifest.csv"},
                        "format": "manifest", "workers": 2, "concurrency": 16},
             **spec,
@@ -178,7 +179,7 @@ def test_dataset_ingests_and_becomes_ready(cluster: Cluster, ns: str, ring, stor
     cluster.kubectl("create", "secret", "generic", "ring-credentials", "-n", ns, "--from-literal=username=cassandra",
                     "--from-literal=password=cassandra")
     cluster.kubectl("create", "secret", "generic", "ring-ca", "-n", ns, f"--from-file=ca.crt={ring.tls_ca_file}")
-    manifest = dataset_manifest("slides", ring, source)
+    manifest = dataset_manifest("slides", ring)
     manifest["spec"]["storage"]["external"]["tls"] = {"enabled": True, "caSecret": {"name": "ring-ca"}}
     create(cluster, ns, "datasets", manifest)
     dataset = wait_ready(cluster, ns, "datasets", "slides")
@@ -248,7 +249,7 @@ def test_a_ring_certificate_from_another_ca_is_refused(cluster: Cluster, ns: str
                     "-keyout", str(tmp_path / "ca.key"), "-out", str(tmp_path / "ca.crt")], check=True,
                    capture_output=True)
     cluster.kubectl("create", "secret", "generic", "other-ca", "-n", ns, f"--from-file=ca.crt={tmp_path / 'ca.crt'}")
-    manifest = dataset_manifest("untrusted", ring, source)
+    manifest = dataset_manifest("untrusted", ring)
     manifest["spec"]["storage"]["external"]["tls"] = {"enabled": True, "caSecret": {"name": "other-ca"}}
     create(cluster, ns, "datasets", manifest)
     refused = cluster.wait("Ready=False RingUnreachable", lambda: condition(
@@ -263,7 +264,7 @@ def test_a_ring_certificate_from_another_ca_is_refused(cluster: Cluster, ns: str
 
 
 def test_a_failed_ingest_and_an_infeasible_split_are_reported_once(cluster: Cluster, ns: str, ring, source):
-    manifest = dataset_manifest("broken", ring, source)
+    manifest = dataset_manifest("broken", ring)
     manifest["spec"]["ingest"]["source"]["path"] = "no-such-manifest.csv"
     create(cluster, ns, "datasets", manifest)
     failed = cluster.wait("Ready=False IngestFailed", lambda: (obj := get(cluster, ns, "datasets", "broken"))
@@ -292,7 +293,7 @@ def test_a_failed_ingest_and_an_infeasible_split_are_reported_once(cluster: Clus
 
 
 def test_deletion_guards_hold_until_references_are_gone(cluster: Cluster, ns: str, ring, source, store):
-    create(cluster, ns, "datasets", dataset_manifest("scratch", ring, source, deletionPolicy="Delete"))
+    create(cluster, ns, "datasets", dataset_manifest("scratch", ring, deletionPolicy="Delete"))
     wait_ready(cluster, ns, "datasets", "scratch")
     create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split",
                                    "metadata": {"name": "scratch-halves"},
@@ -337,7 +338,8 @@ def test_a_keyspace_another_dataset_owns_is_left_alone(cluster: Cluster, ns: str
     other = f"{ns}-b"
     cluster.kubectl("create", "namespace", other)
     try:
-        create(cluster, other, "datasets", dataset_manifest("slides", ring, source, deletionPolicy="Delete"))
+        host_directory_claim(cluster, other, SAMPLES_CLAIM, source)
+        create(cluster, other, "datasets", dataset_manifest("slides", ring, deletionPolicy="Delete"))
         cluster.wait("Ready=False KeyspaceInUse", lambda: condition(
             get(cluster, other, "datasets", "slides"), "Ready").get("reason") == "KeyspaceInUse", timeout_s=60)
         message = condition(get(cluster, other, "datasets", "slides"), "Ready")["message"]
@@ -355,12 +357,13 @@ def test_a_keyspace_another_dataset_owns_is_left_alone(cluster: Cluster, ns: str
         assert condition(get(cluster, ns, "datasets", "slides"), "Ready")["status"] == "True"
     finally:
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+        cluster.kubectl("delete", "persistentvolumes", f"{other}-{SAMPLES_CLAIM}", "--wait=false", check=False)
 
 
 def test_operator_killed_mid_reconcile_converges(cluster: Cluster, ns: str, ring, source, store):
     """Kill the operator right after the Dataset is created and again while its ingest Job runs: one Job, one
     ingest, the same status as an undisturbed run."""
-    create(cluster, ns, "datasets", dataset_manifest("resilient", ring, source))
+    create(cluster, ns, "datasets", dataset_manifest("resilient", ring))
     cluster.replace_pod(SYSTEM, "app.kubernetes.io/component=operator")
     cluster.wait("the ingest Job", lambda: cluster.batch.list_namespaced_job(
         ns, label_selector="ringfeed.io/dataset=resilient").items, timeout_s=90)

@@ -43,7 +43,7 @@ from ringfeed.store import Store
 from ringfeed_operator.pki import KeyPair, issue, new_ca
 from test_trainingjob import trainingjob, wait_phase
 
-from conftest import TEST_STATE
+from conftest import SAMPLES_CLAIM, TEST_STATE
 from kubecluster import CACHE_HOST_DIR, GROUP, SYSTEM, VERSION, Cluster
 from prometheus import Prometheus
 from test_operator import condition, create, events, get, wait_ready
@@ -195,7 +195,8 @@ def ring(cluster: Cluster, ns: str, volumes, source: Path) -> dict:
                  "schema": {"naturalKeys": [{"name": "path", "type": "text"}],
                             "metadata": [{"name": "patient_id", "type": "text"}],
                             "encoding": {"kind": "jpeg"}, "labelNames": ["normal", "tumor"]},
-                 "ingest": {"source": {"volume": {"hostPath": {"path": str(source), "type": "Directory"}},
+                 "ingest": {"source": {"volume": {"persistentVolumeClaim": {"claimName": SAMPLES_CLAIM,
+                                                                            "readOnly": True}},
                                        "path": "manifest.csv"},
                             "format": "manifest", "workers": 2, "concurrency": 16}}})
     wait_ready(cluster, ns, "datasets", DATASET, timeout_s=300)
@@ -446,7 +447,8 @@ def check_least_privilege(reader: ClusterAddress, keyspace: str) -> None:
         cql.shutdown()
 
 
-def test_a_trainingjob_trains_on_the_ring_through_its_sidecar_over_tls(cluster: Cluster, ns: str, ring: dict):
+def test_a_trainingjob_trains_on_the_ring_through_its_sidecar_over_tls(cluster: Cluster, ns: str, ring: dict,
+                                                                        cuda_libraries: str):
     """The sidecar logs in as the reader, checks the nodes against the Ring's CA and Service name, and feeds every
     sample of the part once; the trainer gets neither the credentials nor the CA."""
     create(cluster, ns, "trainingjobs", trainingjob("on-the-ring", replicas=1, epochs=1, split=SPLIT))
@@ -468,7 +470,11 @@ def test_a_trainingjob_trains_on_the_ring_through_its_sidecar_over_tls(cluster: 
 
 def test_a_cache_tier_on_the_ring_reads_over_tls(cluster: Cluster, ns: str, ring: dict):
     """The Ring's Dataset gets a cache tier: its master and workers reach the ring over TLS (the Ring's CA mounted,
-    its Service name checked) and the part shows on the node byte-identical with the ring; then it is removed."""
+    its Service name checked) and the part shows on the node byte-identical with the ring; then it is removed. The
+    namespace is opted in first, as a cluster admin would (the tier's FUSE Pods are privileged): the Ring's nodes
+    started under the restricted level."""
+    cluster.kubectl("label", "namespace", ns, "--overwrite", "ringfeed.io/cache-tier=allowed",
+                    "pod-security.kubernetes.io/enforce=privileged")
     cluster.kubectl("patch", "datasets", DATASET, "-n", ns, "--type=merge",
                     "--patch", json.dumps({"spec": {"cache": {"alluxio": {"memory": "128Mi"}}}}))
 

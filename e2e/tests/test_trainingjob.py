@@ -18,22 +18,23 @@ from kubernetes.client.exceptions import ApiException
 
 from ringfeed.splits import load_split
 
-from kubecluster import GROUP, REPO, VERSION, Cluster
+from conftest import CUDA_CLAIM
+from kubecluster import GROUP, VERSION, Cluster
 from test_operator import condition, create, dataset_manifest, events, get, wait_ready
 
 DATASET, SPLIT = "tj-slides", "tj-by-patient"
-# torch's PyPI wheel links its CUDA libraries even on CPU; the example image leaves those 3 GB out and the Pods mount
-# them read-only from this node (the venv's, matching its torch), as a GPU node hands its driver to containers.
-CUDA_LIBRARIES = REPO / ".venv" / "lib" / "python3.11" / "site-packages" / "nvidia"
+# What the restricted Pod Security level asks of every container of the trainer's Pods (the trainer image's user).
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 PASSWORD = "tj-e2e-password-5c1f"  # a value nothing but the sidecar may ever see
 TRAINER, SIDECAR = "trainer", "ringfeed-loader"
 
 
 @pytest.fixture(scope="module")
-def split(cluster: Cluster, ns: str, ring, store, source) -> dict:
+def split(cluster: Cluster, ns: str, ring, store, source, cuda_libraries: str) -> dict:
     cluster.kubectl("create", "secret", "generic", "ring-credentials", "-n", ns, "--from-literal=username=cassandra",
                     f"--from-literal=password={PASSWORD}")
-    create(cluster, ns, "datasets", dataset_manifest(DATASET, ring, source))
+    create(cluster, ns, "datasets", dataset_manifest(DATASET, ring))
     wait_ready(cluster, ns, "datasets", DATASET)
     create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": SPLIT},
                                    "spec": {"dataset": DATASET, "ratios": [3, 1], "names": ["train", "val"],
@@ -50,8 +51,10 @@ def trainingjob(name: str, replicas: int = 2, epochs: int = 2, step_delay_s: flo
             "loader": {"batchSize": 4, "seed": 7, "remainder": "uneven",
                        "decode": {"mode": "image", "width": 32, "height": 32}},
             "template": {"spec": {
+                "securityContext": RESTRICTED_POD,
                 "containers": [{
                     "name": TRAINER, "image": Cluster.image("trainer"), "imagePullPolicy": "Never",
+                    "securityContext": RESTRICTED_CONTAINER,
                     "env": [{"name": "STEP_DELAY_S", "value": str(step_delay_s)}],
                     "volumeMounts": [{"name": "checkpoint", "mountPath": "/checkpoint"},
                                      {"name": "cuda-libraries", "readOnly": True,
@@ -59,7 +62,8 @@ def trainingjob(name: str, replicas: int = 2, epochs: int = 2, step_delay_s: flo
                     "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
                 }],
                 "volumes": [{"name": "checkpoint", "emptyDir": {}},
-                            {"name": "cuda-libraries", "hostPath": {"path": str(CUDA_LIBRARIES), "type": "Directory"}}],
+                            {"name": "cuda-libraries",
+                             "persistentVolumeClaim": {"claimName": CUDA_CLAIM, "readOnly": True}}],
             }},
             **spec,
         },
@@ -205,6 +209,25 @@ def test_a_missing_part_is_refused_and_a_missing_split_is_waited_for(cluster: Cl
         found = condition(get(cluster, ns, "trainingjobs", "early"), "Ready")
         return found if found.get("reason") == "SplitNotFound" else None
     assert "Split not-yet does not exist" in cluster.wait("early waiting", waiting, timeout_s=60)["message"]
+
+
+def test_a_cache_tier_outside_the_opted_in_namespaces_is_refused(cluster: Cluster, ns: str, ring, split: dict):
+    """This namespace is not labelled ringfeed.io/cache-tier=allowed: the Dataset's cache tier is refused with a
+    condition saying why, and none of its objects is made; its tables and ingest go on."""
+    create(cluster, ns, "datasets", dataset_manifest("uncached", ring,
+                                                     cache={"alluxio": {"memory": "128Mi"}}))
+
+    def refused():
+        found = condition(get(cluster, ns, "datasets", "uncached"), "CacheReady")
+        return found if found.get("reason") == "NamespaceNotAllowed" else None
+    cache = cluster.wait("the cache tier refused", refused, timeout_s=90)
+    assert cache["status"] == "False"
+    assert f"namespace {ns} is not opted in to cache tiers" in cache["message"], cache["message"]
+    assert "ringfeed.io/cache-tier=allowed" in cache["message"]
+    assert not cluster.apps.list_namespaced_daemon_set(ns).items
+    assert not cluster.apps.list_namespaced_stateful_set(ns).items
+    wait_ready(cluster, ns, "datasets", "uncached")
+    cluster.kubectl("delete", "datasets", "uncached", "-n", ns, "--wait=true", check=False)
 
 
 REACHING_THE_CREDENTIALS = {

@@ -66,6 +66,11 @@ def datasets_by_keyspace(**kwargs) -> dict:
     return dataset.keyspace_index(**kwargs)
 
 
+@kopf.index("namespaces")
+def cache_namespaces(**kwargs) -> dict:
+    return dataset.cache_namespace_index(**kwargs)
+
+
 @kopf.on.create(*DATASETS)
 @kopf.on.update(*DATASETS, field="spec")
 @kopf.on.resume(*DATASETS)

@@ -19,6 +19,7 @@ from ringfeed_operator.builders.cache import (
     worker_daemonset,
 )
 from ringfeed_operator.config import CacheConfig
+from ringfeed_operator.handlers.dataset import cache_namespace_index, not_allowed
 
 CACHE = CacheConfig(image="registry.example/ringfeed/alluxio:9", host_dir="/srv/ringfeed-cache")
 
@@ -122,3 +123,10 @@ def test_status_is_ready_only_with_the_master_and_every_scheduled_worker_and_mou
     assert not cache_status(master, daemons(2, 2), daemons(1, 2), host)["ready"]
     assert not cache_status(None, daemons(2, 2), daemons(2, 2), host)["ready"]
     assert not cache_status(master, daemons(0, 0), daemons(0, 0), host)["ready"]  # no node to run on
+
+
+def test_only_namespaces_the_admin_labelled_are_opted_in_to_cache_tiers():
+    assert cache_namespace_index(name="ml", labels={"ringfeed.io/cache-tier": "allowed"}) == {"ml": True}
+    for labels in ({}, {"ringfeed.io/cache-tier": "yes"}, {"pod-security.kubernetes.io/enforce": "privileged"}):
+        assert cache_namespace_index(name="ml", labels=labels) == {}
+    assert "ringfeed.io/cache-tier=allowed" in not_allowed("ml") and "namespace ml" in not_allowed("ml")

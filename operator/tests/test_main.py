@@ -17,6 +17,7 @@ from ringfeed_operator.metrics import Metrics, counted
 REGISTRATIONS = {
     ("activities", "configure", "startup", None, None, None, None),
     ("activities", "close_connections", "cleanup", None, None, None, None),
+    ("indexing", "cache_namespaces", None, None, None, "namespaces", None),
     ("indexing", "datasets_by_keyspace", None, None, None, "datasets", None),
     ("indexing", "splits_by_dataset", None, None, None, "splits", None),
     ("spawning", "watch_dataset", None, None, 5.0, "datasets", None),
@@ -91,7 +92,8 @@ def test_a_registration_hands_kopfs_kwargs_to_its_kinds_handler():
     with pytest.raises(kopf.PermanentError, match="natural key 'score'"):
         main.reconcile_dataset(name="slides", namespace="ml", spec=spec, status={},
                                meta={"generation": 2, "creationTimestamp": "2026-11-22T10:00:00Z"}, body={},
-                               memo=memo, patch=patch, splits_by_dataset={}, datasets_by_keyspace={}, logger=None)
+                               memo=memo, patch=patch, splits_by_dataset={}, datasets_by_keyspace={},
+                               cache_namespaces={}, logger=None)
     [ready] = patch.status["conditions"]
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "InvalidSpec")
     assert patch.status["observedGeneration"] == 2

@@ -56,7 +56,7 @@ def test_a_k8ssandra_dataset_claims_no_keyspace_and_is_told_why():
         main.reconcile_dataset(name="slides", namespace="ml", spec={"storage": K8SSANDRA, "schema": SCHEMA},
                                status={}, meta={"generation": 1, "creationTimestamp": "2026-11-22T10:00:00Z"},
                                body={}, memo=memo, patch=patch, splits_by_dataset={}, datasets_by_keyspace={},
-                               logger=None)
+                               cache_namespaces={}, logger=None)
     [ready] = patch.status["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "StorageNotSupported")
     with pytest.raises(StorageNotSupported):

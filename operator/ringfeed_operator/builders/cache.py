@@ -26,6 +26,8 @@ from ringfeed_operator.builders.ring import ring_env, ring_volumes
 from ringfeed_operator.config import CacheConfig
 
 ROLES = ("master", "worker", "fuse")
+# A namespace may run cache tiers (their FUSE DaemonSet is privileged) only when the cluster admin labels it so.
+CACHE_TIER_LABEL, CACHE_TIER_ALLOWED = "ringfeed.io/cache-tier", "allowed"
 SERVE_DIR = "/var/lib/ringfeed-cache"
 MEMORY_DIR = f"{SERVE_DIR}/memory"
 MOUNT_DIR = "/ringfeed-cache"  # the FUSE container's view of the dataset's host directory
@@ -97,7 +99,7 @@ def _container(dataset: dict, role: str, config: CacheConfig, args: list[str], *
     spec = cache_spec(dataset) or {}
     name = dataset["metadata"]["name"]
     return {
-        "name": role, "image": spec.get("image") or config.image, "imagePullPolicy": config.image_pull_policy,
+        "name": role, "image": config.image, "imagePullPolicy": config.image_pull_policy,
         "args": [role, f"--master-host={master_address(name, dataset['metadata']['namespace'])}",
                  f"--heap={HEAP_MIB[role]}m", *([] if spec.get("tuned", True) else ["--alluxio-defaults"]), *args],
         "resources": (spec.get("resources") or {}).get(role) or _default_resources(role, spec),

@@ -195,7 +195,7 @@ def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, rank_e
     sidecar_spec = spec.get("sidecar") or {}
     probe = {"httpGet": {"path": "/readyz", "port": SIDECAR_PORT}, "periodSeconds": 2, "failureThreshold": 150}
     return {
-        "name": SIDECAR, "image": sidecar_spec.get("image") or config.image,
+        "name": SIDECAR, "image": config.image,  # the chart's: the sidecar holds the ring's login
         "imagePullPolicy": config.image_pull_policy,
         "restartPolicy": "Always",  # a native sidecar: started before the trainer, stopped after it
         "command": ["ringfeed"],

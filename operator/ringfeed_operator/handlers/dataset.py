@@ -10,6 +10,7 @@ write status from different versions of the spec.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 
 import kopf
 
@@ -18,6 +19,8 @@ from ringfeed.ring import CredentialsSecret, RingSecrets, ring_errors
 from ringfeed.store import Store
 from ringfeed_operator.builders.cache import (
     CACHE_OBJECTS,
+    CACHE_TIER_ALLOWED,
+    CACHE_TIER_LABEL,
     cache_objects,
     cache_spec,
     cache_status,
@@ -63,8 +66,14 @@ def _keyspace_owner(namespace: str, name: str, spec: dict, status: dict, meta: d
     return keyspace_owner([*claims, keyspace_claim(namespace, name, spec, status, meta)])
 
 
+def cache_namespace_index(name: str, labels: Mapping, **_) -> dict:
+    """The namespaces the cluster admin opted in to cache tiers (their FUSE Pods are privileged)."""
+    return {name: True} if labels.get(CACHE_TIER_LABEL) == CACHE_TIER_ALLOWED else {}
+
+
 def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
-              patch: kopf.Patch, splits_by_dataset: kopf.Index, datasets_by_keyspace: kopf.Index, **_) -> None:
+              patch: kopf.Patch, splits_by_dataset: kopf.Index, datasets_by_keyspace: kopf.Index,
+              cache_namespaces: kopf.Index, **_) -> None:
     """Tables exist and match the spec; the ingest Job of the current spec.ingest exists."""
     generation = meta["generation"]
     conditions = Conditions(status.get("conditions"), generation)
@@ -113,9 +122,9 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         _grant_read(namespace, reader, schema.keyspace, store, memo, patch, conditions, generation)
     if spec.get("ingest"):
         _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch, conditions)
-    _ensure_cache(name, namespace, status, body, schema.name, memo, patch)
+    _ensure_cache(name, namespace, status, body, schema.name, memo, patch, namespace in cache_namespaces)
     _observe(name, namespace, spec, {**status, **patch.status}, meta, body, store, memo, patch, conditions,
-             len(splits_by_dataset.get((namespace, name), ())), force_refresh=True)
+             len(splits_by_dataset.get((namespace, name), ())), namespace in cache_namespaces, force_refresh=True)
 
 
 def _grant_read(namespace: str, reader: CredentialsSecret, keyspace: str, store: Store, memo: Context,
@@ -157,13 +166,15 @@ def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo
 
 
 def _ensure_cache(name: str, namespace: str, status: dict, body: dict, catalog: str, memo: Context,
-                  patch: kopf.Patch) -> None:
-    """The cache tier of spec.cache.alluxio applied as built (a changed spec rolls its Pods); gone without it."""
-    if cache_spec(body) is None:
+                  patch: kopf.Patch, allowed: bool) -> None:
+    """The cache tier of spec.cache.alluxio applied as built (a changed spec rolls its Pods); gone without it, or
+    where the namespace is not opted in."""
+    if cache_spec(body) is None or not allowed:
         removed = [memo.kube.delete_applied(namespace, kind, object_name(name, role)) for kind, role in CACHE_OBJECTS]
         if any(removed):
-            event(body, "CacheRemoved", "spec.cache.alluxio was removed: the cache tier's master, workers and FUSE "
-                                        "mounts are deleted (the ring keeps the data)")
+            why = "spec.cache.alluxio was removed" if cache_spec(body) is None else not_allowed(namespace)
+            event(body, "CacheRemoved", f"{why}: the cache tier's master, workers and FUSE mounts are deleted (the "
+                                        "ring keeps the data)")
         patch.status["cache"] = None
         return
     if _apply_cache(namespace, body, catalog, memo) is None and not status.get("cache"):
@@ -182,12 +193,22 @@ def _apply_cache(namespace: str, body: dict, catalog: str, memo: Context) -> str
     return None
 
 
+def not_allowed(namespace: str) -> str:
+    return (f"namespace {namespace} is not opted in to cache tiers: their FUSE Pods run privileged, so the cluster "
+            f"admin labels the namespaces that may run one {CACHE_TIER_LABEL}={CACHE_TIER_ALLOWED} (and lets them run "
+            "privileged Pods: docs/security.md)")
+
+
 def _observe_cache(name: str, namespace: str, spec: dict, status: dict, body: dict, memo: Context,
-                   patch: kopf.Patch, conditions: Conditions) -> None:
+                   patch: kopf.Patch, conditions: Conditions, allowed: bool) -> None:
     """status.cache and the CacheReady condition from the tier's objects as they are now; an object found missing
-    (deleted by hand, or refused before) is applied again."""
+    (deleted by hand, refused before, or in a namespace opted in since) is applied again."""
     if cache_spec(body) is None:
         conditions.remove("CacheReady")
+        return
+    if not allowed:
+        _ensure_cache(name, namespace, status, body, catalog_name(name, spec), memo, patch, allowed)
+        conditions.set("CacheReady", False, "NamespaceNotAllowed", not_allowed(namespace))
         return
     objects = {role: memo.kube.read_applied(namespace, kind, object_name(name, role))
                for kind, role in CACHE_OBJECTS if kind != "Service"}
@@ -207,7 +228,8 @@ def _observe_cache(name: str, namespace: str, spec: dict, status: dict, body: di
 
 
 def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
-          patch: kopf.Patch, splits_by_dataset: kopf.Index, datasets_by_keyspace: kopf.Index, **_) -> None:
+          patch: kopf.Patch, splits_by_dataset: kopf.Index, datasets_by_keyspace: kopf.Index,
+          cache_namespaces: kopf.Index, **_) -> None:
     """Follow the ingest Job, refresh the catalog figures every spec.refreshInterval, count the Splits."""
     conditions = Conditions(status.get("conditions"), meta["generation"])
     if (status.get("observedGeneration") != meta["generation"] or not status.get("keyspace")
@@ -226,11 +248,11 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
         patch.status["conditions"] = conditions.as_list()
         return
     _observe(name, namespace, spec, status, meta, body, store, memo, patch, conditions,
-             len(splits_by_dataset.get((namespace, name), ())))
+             len(splits_by_dataset.get((namespace, name), ())), namespace in cache_namespaces)
 
 
 def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Context, patch, conditions: Conditions,
-             splits: int, force_refresh: bool = False) -> None:
+             splits: int, cache_allowed: bool, force_refresh: bool = False) -> None:
     recorded = dict(status.get("ingest") or {})
     job = recorded.get("jobName")
     state = "none"
@@ -273,7 +295,7 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
             event(body, "IngestSucceeded", f"Job {job}: {patch.status['ingest'].get('ingested') or 0:,} samples "
                                            "written")
 
-    _observe_cache(name, namespace, spec, status, body, memo, patch, conditions)
+    _observe_cache(name, namespace, spec, status, body, memo, patch, conditions, cache_allowed)
     patch.status["splits"] = splits
     patch.status["conditions"] = conditions.as_list()
     patch.status["observedGeneration"] = meta["generation"]
