@@ -17,6 +17,10 @@ RF ?= 1
 HELM := $(CURDIR)/.cache/k8s/bin/helm
 PROMTOOL := $(CURDIR)/.cache/prometheus/usr/bin/promtool
 PROMETHEUS_OPERATOR_CRDS := $(CURDIR)/.cache/prometheus-operator/crds/monitoring.coreos.com_servicemonitors.yaml
+# checkov in a venv of its own (its dependencies clash with the project's), exactly the versions of this list.
+CHECKOV_REQUIREMENTS := scripts/checkov-requirements.txt
+CHECKOV_VENV := $(CURDIR)/.cache/checkov-venv
+CHECKOV := $(CHECKOV_VENV)/bin/checkov
 RUST_CRATES := dataplane/native benchmarks/refreader benchmarks/refwriter benchmarks/wanproxy
 # Every tracked shell script: *.sh, and regular files whose first line is a sh or bash shebang (the cluster's stubs).
 SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh') $(shell git ls-files -s | awk '$$1 ~ /^100/ {print $$4}' \
@@ -55,6 +59,12 @@ $(PROMTOOL): scripts/install-prometheus.sh
 
 $(PROMETHEUS_OPERATOR_CRDS): scripts/fetch-prometheus-operator-crds.sh
 	@scripts/fetch-prometheus-operator-crds.sh .cache/prometheus-operator/crds
+
+$(CHECKOV_VENV)/.installed: $(CHECKOV_REQUIREMENTS)
+	rm -rf $(CHECKOV_VENV)
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --requirement $(CHECKOV_REQUIREMENTS)
+	@touch $@
 
 prometheus: $(PROMTOOL) $(PROMETHEUS_OPERATOR_CRDS) ## Prometheus + promtool (Debian's package) and the Prometheus Operator's CRDs, into .cache
 
@@ -136,6 +146,9 @@ lint-chart: k8s-binaries | $(VENV)/.installed ## helm lint --strict (defaults, e
 	$(HELM) lint --strict charts/ringfeed -f e2e/values-local.yaml
 	$(PY) monitoring/dashboards.py --check
 
+lint-security: k8s-binaries $(CHECKOV_VENV)/.installed | $(VENV)/.installed ## checkov on the chart (ci/*-values.yaml) and the operator's objects; skips: checkov-skips.yaml
+	$(PY) scripts/lint-security.py --checkov $(CHECKOV) --helm $(HELM) --skips checkov-skips.yaml
+
 lint-shell: ## shellcheck -S warning on every tracked shell script
 	@command -v shellcheck >/dev/null || { echo "error: shellcheck is required (Debian: apt-get install shellcheck)" >&2; exit 1; }
 	shellcheck -S warning $(SHELL_SCRIPTS)
@@ -193,4 +206,4 @@ bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-scale clean
+.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-scale clean
