@@ -33,11 +33,19 @@ from ringfeed_operator.builders.cache import cache_objects
 from ringfeed_operator.builders.datacenter import datacenter
 from ringfeed_operator.builders.dataset import catalog_name, ingest_fingerprint
 from ringfeed_operator.builders.jobs import ingest_job, split_job
-from ringfeed_operator.builders.ring import cleanup_task, credentials_secret
+from ringfeed_operator.builders.network import ring_policy, trainingjob_policy
+from ringfeed_operator.builders.ring import LABEL_RING, MAAC_METRICS_PORT, cleanup_task, credentials_secret, ring_labels
 from ringfeed_operator.builders.ring_tls import ca_secret, management_secret, node_secret
 from ringfeed_operator.builders.split import split_arguments, split_spec
-from ringfeed_operator.builders.trainingjob import control_secret, rank_job, rendezvous_service
-from ringfeed_operator.config import CacheConfig, JobsConfig, RingsConfig
+from ringfeed_operator.builders.trainingjob import (
+    LABEL_TRAININGJOB,
+    SIDECAR_PORT,
+    control_secret,
+    labels_of,
+    rank_job,
+    rendezvous_service,
+)
+from ringfeed_operator.config import CacheConfig, JobsConfig, NetworkConfig, RingsConfig
 from ringfeed_operator.isolation import isolation_breaches
 from ringfeed_operator.pki import KeyPair
 
@@ -45,6 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "crds" / "samples"
 NAMESPACE = "ml"
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
+# The chart's defaults (networkPolicy.*) for a release in ringfeed-system.
+NETWORK = NetworkConfig(enabled=True, monitoring_namespace="monitoring")
 # The chart's defaults (values.yaml): cass-operator's image configuration (templates/cass-operator/image-config.yaml).
 CONFIG_BUILDER_IMAGE = "docker.io/k8ssandra/k8ssandra-client:v0.9.0"
 CASS_OPERATOR_PULL_POLICY = "IfNotPresent"
@@ -135,6 +145,8 @@ def ring_objects() -> list[dict]:
         management_secret(ring, provisioned.management_server_secret, PEM, PEM),
         management_secret(ring, provisioned.management_client_secret, PEM, PEM),
         dc, cassandra_pod(dc), cleanup_task(ring, NOW),
+        ring_policy(ring, {"matchLabels": {LABEL_RING: provisioned.name}}, ring_labels(provisioned.name),
+                    MAAC_METRICS_PORT, NETWORK),
     ]
 
 
@@ -153,7 +165,7 @@ def dataset_objects() -> list[dict]:
         name, spec = dataset["metadata"]["name"], dataset["spec"]
         objects.append(ingest_job(dataset, catalog_name(name, spec), ingest_fingerprint(spec["ingest"]), JobsConfig()))
         if spec.get("cache"):
-            objects += cache_objects(dataset, catalog_name(name, spec), CacheConfig())
+            objects += cache_objects(dataset, catalog_name(name, spec), CacheConfig(), NETWORK)
     return objects
 
 
@@ -183,8 +195,11 @@ def trainingjob_objects() -> list[dict]:
                                       "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1}}
         if breaches := isolation_breaches(pod):  # the operator would refuse the TrainingJob
             raise SystemExit(f"the sample TrainingJob's template is refused: {breaches}")
+        name = trainingjob["metadata"]["name"]
         objects += [rendezvous_service(trainingjob), rank_job(trainingjob, dataset, catalog, 1, JobsConfig(),
-                                                              CacheConfig())]
+                                                              CacheConfig()),
+                    trainingjob_policy(trainingjob, {"matchLabels": {LABEL_TRAININGJOB: name}}, labels_of(name),
+                                       SIDECAR_PORT, NETWORK)]
         if access == "sidecar":
             objects.append(control_secret(trainingjob, "(not rendered)"))
     return objects

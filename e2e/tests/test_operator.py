@@ -111,9 +111,10 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     needed |= {("control.k8ssandra.io", "cassandratasks", verb) for verb in ("list", "create")}
     needed |= {("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "create")}
     # Services: a TrainingJob's rendezvous Service (get, create) and a cache tier's master Service (applied: patch,
-    # deleted with spec.cache); a cache tier's StatefulSet and DaemonSets likewise.
+    # deleted with spec.cache); a cache tier's StatefulSet and DaemonSets likewise; NetworkPolicies (applied).
     needed |= {(group, resource, verb) for group, resource in (("", "services"), ("apps", "statefulsets"),
-                                                               ("apps", "daemonsets"))
+                                                               ("apps", "daemonsets"),
+                                                               ("networking.k8s.io", "networkpolicies"))
                for verb in ("get", "create", "patch", "delete")}
     needed |= {("", "secrets", verb) for verb in ("get", "create", "patch")}
     needed |= {("batch", "jobs", verb) for verb in ("get", "list", "create", "delete", "patch")}

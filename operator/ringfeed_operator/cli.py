@@ -10,9 +10,12 @@ from ringfeed_operator.config import (
     CacheConfig,
     Config,
     JobsConfig,
+    NetworkConfig,
+    NetworkPolicyError,
     ResourcesError,
     RingsConfig,
     parse_job_resources,
+    parse_network_policy,
     parse_ring_resources,
 )
 
@@ -55,12 +58,16 @@ from ringfeed_operator.config import (
 @click.option("--cache-host-dir", default=CacheConfig.host_dir, show_default=True,
               help="The nodes' directory of the cache tiers' FUSE mounts (<dir>/<namespace>/<dataset>/mnt); it must "
                    "be a shared mount (the kubelet's Bidirectional propagation).")
+@click.option("--network-policy", default=None, metavar="JSON",
+              help="NetworkPolicies of the operator's objects (the chart's networkPolicy values as JSON: enabled, "
+                   "operatorNamespace, operatorPods, cassOperatorNamespace, cassOperatorPods, monitoringNamespace, "
+                   "ringClients). Default: none made.")
 @click.option("--verbose", "-v", is_flag=True, help="Log every handler call and API request.")
 def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind: str, job_image: str,
          job_image_pull_policy: str, job_service_account: str, job_backoff_limit: int,
          job_allow_host_path: bool,
          job_resources: str | None, ring_image: str, ring_resources: str | None, cache_image: str,
-         cache_image_pull_policy: str, cache_host_dir: str, verbose: bool) -> None:
+         cache_image_pull_policy: str, cache_host_dir: str, network_policy: str | None, verbose: bool) -> None:
     """Reconcile Ringfeed's Dataset, Split, TrainingJob and Ring objects.
 
     Inside a cluster the service account's credentials are used; outside, the current kubeconfig context.
@@ -86,7 +93,13 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
             rings = dataclasses.replace(rings, resources=parse_ring_resources(ring_resources))
         except ResourcesError as error:
             raise click.BadParameter(str(error), param_hint="--ring-resources") from None
+    network = NetworkConfig()
+    if network_policy is not None:
+        try:
+            network = parse_network_policy(network_policy)
+        except NetworkPolicyError as error:
+            raise click.BadParameter(str(error), param_hint="--network-policy") from None
     operator.run(Config(watch_namespaces=namespaces, metrics_port=metrics_port, health_port=health_port, bind=bind,
                         verbose=verbose, jobs=jobs, rings=rings,
                         cache=CacheConfig(image=cache_image, image_pull_policy=cache_image_pull_policy,
-                                          host_dir=cache_host_dir)))
+                                          host_dir=cache_host_dir), network=network))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from typing import Any
 
 JOB_ROLES = ("ingest", "split", "sidecar")
 # The sections of a core ResourceRequirements a Job container can use (its Pod has no resourceClaims).
@@ -65,6 +66,26 @@ class CacheConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """The NetworkPolicies of the operator's objects (chart values `networkPolicy.*`, with the chart's own
+    namespace and Pod labels filled in): off unless the chart turns them on."""
+
+    # networkPolicy.enabled
+    enabled: bool = False
+    # The operator's namespace and Pod labels (the chart's release): it reads the rings and the sidecars.
+    operator_namespace: str = "ringfeed-system"
+    operator_pods: dict = dataclasses.field(default_factory=lambda: {"app.kubernetes.io/component": "operator"})
+    # networkPolicy.cassOperator.* — where cass-operator runs, the only caller of the rings' Management API.
+    cass_operator_namespace: str = "ringfeed-system"
+    cass_operator_pods: dict = dataclasses.field(default_factory=lambda: {"app.kubernetes.io/name": "cass-operator"})
+    # networkPolicy.monitoringNamespace — the Prometheus that scrapes the nodes, sidecars and cache tiers; "": none.
+    monitoring_namespace: str = ""
+    # networkPolicy.ringClients — more NetworkPolicyPeers that may reach the rings' CQL port (e.g. an ipBlock of
+    # notebooks outside the cluster).
+    ring_clients: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """Everything `ringfeed-operator` is told at its start (chart values `operator.*`, `jobs.*` and `rings.*`)."""
 
@@ -84,6 +105,8 @@ class Config:
     rings: RingsConfig = dataclasses.field(default_factory=RingsConfig)
     # cache.*
     cache: CacheConfig = dataclasses.field(default_factory=CacheConfig)
+    # networkPolicy.*
+    network: NetworkConfig = dataclasses.field(default_factory=NetworkConfig)
 
 
 class ResourcesError(ValueError):
@@ -136,3 +159,38 @@ def parse_ring_resources(text: str) -> dict:
     requirements = parse_json_object(text, f"with {' and/or '.join(RESOURCE_SECTIONS)}")
     check_requirements("rings.resources", requirements)
     return requirements
+
+
+# The chart's networkPolicy keys: the NetworkConfig field each sets, and its JSON type.
+NETWORK_KEYS: dict[str, tuple[str, type]] = {
+    "enabled": ("enabled", bool), "operatorNamespace": ("operator_namespace", str),
+    "operatorPods": ("operator_pods", dict), "cassOperatorNamespace": ("cass_operator_namespace", str),
+    "cassOperatorPods": ("cass_operator_pods", dict), "monitoringNamespace": ("monitoring_namespace", str),
+    "ringClients": ("ring_clients", list)}
+
+
+class NetworkPolicyError(ValueError):
+    """A `--network-policy` value (the chart's `networkPolicy`) the operator cannot make policies from."""
+
+
+def parse_network_policy(text: str) -> NetworkConfig:
+    """`--network-policy`: a JSON object of NETWORK_KEYS (the chart writes it); keys left out keep the defaults."""
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise NetworkPolicyError(f"not JSON ({error})") from None
+    if not isinstance(given, dict):
+        raise NetworkPolicyError(f"give a JSON object with keys among {', '.join(NETWORK_KEYS)}, not {text!r}")
+    values: dict[str, Any] = {}
+    for key, value in given.items():
+        if key not in NETWORK_KEYS:
+            raise NetworkPolicyError(f"unknown key {key!r}: the keys are {', '.join(NETWORK_KEYS)}")
+        field, kind = NETWORK_KEYS[key]
+        if not isinstance(value, kind):
+            raise NetworkPolicyError(f"{key}: give a {kind.__name__}, not {value!r}")
+        if isinstance(value, dict) and not all(isinstance(label, str) for label in value.values()):
+            raise NetworkPolicyError(f"{key}: give labels (strings), not {value!r}")
+        if isinstance(value, list) and not all(isinstance(peer, dict) for peer in value):
+            raise NetworkPolicyError(f"{key}: give NetworkPolicyPeers (objects), not {value!r}")
+        values[field] = tuple(value) if isinstance(value, list) else value
+    return NetworkConfig(**values)

@@ -71,6 +71,7 @@ class Kube:
         self._batch = kubernetes.client.BatchV1Api(api)
         self._custom = kubernetes.client.CustomObjectsApi(api)
         apps = kubernetes.client.AppsV1Api(api)
+        networking = kubernetes.client.NetworkingV1Api(api)
         # (read, server-side apply, delete) of each kind the operator applies
         self._applied: dict[str, tuple[Callable, Callable, Callable]] = {
             "Service": (self._core.read_namespaced_service, self._core.patch_namespaced_service,
@@ -79,6 +80,8 @@ class Kube:
                             apps.delete_namespaced_stateful_set),
             "DaemonSet": (apps.read_namespaced_daemon_set, apps.patch_namespaced_daemon_set,
                           apps.delete_namespaced_daemon_set),
+            "NetworkPolicy": (networking.read_namespaced_network_policy, networking.patch_namespaced_network_policy,
+                              networking.delete_namespaced_network_policy),
         }
 
     @classmethod
@@ -134,7 +137,7 @@ class Kube:
         return _create_unless_exists(lambda: self._core.create_namespaced_secret(namespace, cast(V1Secret, manifest)))
 
     def apply(self, namespace: str, manifest: dict) -> None:
-        """Server-side apply (a Service, StatefulSet or DaemonSet of a cache tier): made, or brought back to the
+        """Server-side apply (a Service, StatefulSet, DaemonSet or NetworkPolicy): made, or brought back to the
         manifest when it differs; fields others own (the API server's defaults) are left alone."""
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         _, patch, _ = self._applied[kind]

@@ -9,6 +9,7 @@ import pytest
 from test_builders import DATASET
 
 from ringfeed_operator.builders.cache import (
+    CACHE_OBJECTS,
     cache_objects,
     cache_status,
     fuse_daemonset,
@@ -18,7 +19,7 @@ from ringfeed_operator.builders.cache import (
     quantity_bytes,
     worker_daemonset,
 )
-from ringfeed_operator.config import CacheConfig
+from ringfeed_operator.config import CacheConfig, NetworkConfig
 from ringfeed_operator.handlers.dataset import cache_namespace_index, not_allowed
 
 CACHE = CacheConfig(image="registry.example/ringfeed/alluxio:9", host_dir="/srv/ringfeed-cache")
@@ -43,10 +44,14 @@ def env_names(obj: dict) -> set[str]:
 
 
 def test_every_object_is_owned_by_the_dataset_and_named_after_it():
-    objects = cache_objects(cached(), "tumour_slides", CACHE)
+    objects = cache_objects(cached(), "tumour_slides", CACHE, NetworkConfig(enabled=True))
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("NetworkPolicy", "tumour-slides-cache-tier"),  # first: no Pod of the tier runs unguarded
         ("Service", "tumour-slides-cache-master"), ("StatefulSet", "tumour-slides-cache-master"),
         ("DaemonSet", "tumour-slides-cache-worker"), ("DaemonSet", "tumour-slides-cache-fuse")]
+    assert {kind for kind, _ in CACHE_OBJECTS} == {o["kind"] for o in objects}  # all deleted with the tier
+    assert [o["kind"] for o in cache_objects(cached(), "tumour_slides", CACHE, NetworkConfig())] == [
+        "Service", "StatefulSet", "DaemonSet", "DaemonSet"]  # policies off: none
     for obj in objects:
         assert obj["metadata"]["ownerReferences"][0]["uid"] == DATASET["metadata"]["uid"]
     assert len(object_name("d" * 70, "worker")) <= 63

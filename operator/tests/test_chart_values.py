@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from ringfeed_operator.builders.cache import labels as cache_labels
+from ringfeed_operator.config import parse_network_policy
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ringfeed"
@@ -150,3 +151,28 @@ def test_every_dashboard_ships_as_a_configmap_labelled_for_grafanas_sidecar():
         assert labels["grafana_dashboard"] == "1" and json.loads(text) == json.loads(file.read_text())
     assert not [d for d in rendered("monitoring.dashboards.enabled=false") if d["kind"] == "ConfigMap"
                 and d["metadata"]["labels"].get("app.kubernetes.io/component") == "monitoring"]
+
+
+@pytest.mark.skipif(HELM is None, reason="helm is not installed (make deps)")
+def test_the_network_policy_values_reach_the_operator_with_the_releases_namespace_and_labels():
+    def operator_network(*values: str):
+        documents = rendered(*values)
+        [deployment] = [d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "ringfeed"]
+        [argument] = [a for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+                      if a.startswith("--network-policy=")]
+        policies = [d for d in documents if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "ringfeed"]
+        return parse_network_policy(argument.removeprefix("--network-policy=")), policies, deployment
+
+    network, [policy], deployment = operator_network("networkPolicy.ringClients[0].ipBlock.cidr=10.9.0.0/16")
+    assert network.enabled and network.monitoring_namespace == "monitoring"
+    assert network.operator_pods == deployment["spec"]["selector"]["matchLabels"] == \
+        policy["spec"]["podSelector"]["matchLabels"]
+    assert network.cass_operator_pods == {"app.kubernetes.io/name": "cass-operator"}
+    assert network.ring_clients == ({"ipBlock": {"cidr": "10.9.0.0/16"}},)
+    metrics = next(rule for rule in policy["spec"]["ingress"] if "from" in rule)
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 9090}]
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    network, policies, _ = operator_network("networkPolicy.enabled=false", "networkPolicy.cassOperator.namespace=co",
+                                            "networkPolicy.cassOperator.podLabels.app=co")
+    assert not network.enabled and policies == []
+    assert (network.cass_operator_namespace, network.cass_operator_pods) == ("co", {"app": "co"})

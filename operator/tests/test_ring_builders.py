@@ -77,6 +77,7 @@ def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
     assert spec["config"]["cassandra-yaml"]["authorizer"] == "CassandraAuthorizer"  # grants hold on any image
     assert spec["resources"] == RING["spec"]["resources"]
     assert spec["allowMultipleNodesPerWorker"] is False  # one Cassandra node per Kubernetes node unless asked
+    assert spec["readOnlyRootFilesystem"] is True
     # the chart's PodMonitor selects the nodes by their Ring; an annotation-driven Prometheus finds the agent's port
     assert spec["podTemplateSpec"]["metadata"] == {
         "labels": {"ringfeed.io/ring": "images"},
@@ -86,7 +87,10 @@ def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
     assert spec["podTemplateSpec"]["spec"] == {
         "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999, "runAsNonRoot": True,
                             "seccompProfile": {"type": "RuntimeDefault"}},
-        "initContainers": [{"name": "server-config-init", "resources": {}, "securityContext": RESTRICTED_CONTAINER}],
+        "automountServiceAccountToken": False,
+        "initContainers": [{"name": "server-config-init-base", "securityContext": RESTRICTED_CONTAINER,
+                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}},
+                           {"name": "server-config-init", "resources": {}, "securityContext": RESTRICTED_CONTAINER}],
         "containers": [{"name": "cassandra", "resources": {}, "securityContext": RESTRICTED_CONTAINER,
                         "volumeMounts": [
                             {"name": "ringfeed-node-tls", "mountPath": "/etc/ringfeed/ring-tls", "readOnly": True}]}],

@@ -41,3 +41,17 @@ app.kubernetes.io/component: monitoring
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{- /* The operator's --network-policy: the chart's networkPolicy values with its own namespace and Pod labels. */ -}}
+{{- define "ringfeed.networkPolicy" -}}
+{{- $values := .Values.networkPolicy -}}
+{{- dict
+    "enabled" $values.enabled
+    "operatorNamespace" .Release.Namespace
+    "operatorPods" (include "ringfeed.selectorLabels" . | fromYaml)
+    "cassOperatorNamespace" ($values.cassOperator.namespace | default .Release.Namespace)
+    "cassOperatorPods" ($values.cassOperator.podLabels | default (dict "app.kubernetes.io/name" "cass-operator"))
+    "monitoringNamespace" $values.monitoringNamespace
+    "ringClients" $values.ringClients
+  | toJson -}}
+{{- end -}}

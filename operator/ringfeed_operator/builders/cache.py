@@ -22,8 +22,9 @@ from ringfeed_operator.builders.meta import (
     MANAGER,
     owner_reference,
 )
+from ringfeed_operator.builders.network import cache_policy
 from ringfeed_operator.builders.ring import ring_env, ring_volumes
-from ringfeed_operator.config import CacheConfig
+from ringfeed_operator.config import CacheConfig, NetworkConfig
 
 ROLES = ("master", "worker", "fuse")
 # A namespace may run cache tiers (their FUSE DaemonSet is privileged) only when the cluster admin labels it so.
@@ -222,12 +223,23 @@ def _placement(dataset: dict, nodes: bool) -> dict:
 
 
 # (kind, role) of every object of a cache tier, for its removal when spec.cache goes
-CACHE_OBJECTS = (("DaemonSet", "fuse"), ("DaemonSet", "worker"), ("StatefulSet", "master"), ("Service", "master"))
+CACHE_OBJECTS = (("DaemonSet", "fuse"), ("DaemonSet", "worker"), ("StatefulSet", "master"), ("Service", "master"),
+                 ("NetworkPolicy", "tier"))
 
 
-def cache_objects(dataset: dict, catalog: str, config: CacheConfig) -> list[dict]:
+def tier_selector(dataset: str) -> dict:
+    """The label selector of every Pod of the tier: its master, workers and FUSE mounts."""
+    return {"matchLabels": {LABEL_DATASET: dataset},
+            "matchExpressions": [{"key": LABEL_COMPONENT, "operator": "In",
+                                  "values": [f"cache-{role}" for role in ROLES]}]}
+
+
+def cache_objects(dataset: dict, catalog: str, config: CacheConfig, network: NetworkConfig) -> list[dict]:
     """Everything the cache tier of a Dataset with spec.cache.alluxio is made of, in the order to apply."""
-    return [master_service(dataset), master_statefulset(dataset, config), worker_daemonset(dataset, config),
+    name = dataset["metadata"]["name"]
+    policy = ([cache_policy(dataset, object_name(name, "tier"), tier_selector(name), labels(name, "tier"), network)]
+              if network.enabled else [])
+    return [*policy, master_service(dataset), master_statefulset(dataset, config), worker_daemonset(dataset, config),
             fuse_daemonset(dataset, catalog, config)]
 
 

@@ -34,9 +34,9 @@ CASSANDRA_UID = 999
 POD_SECURITY = {"runAsUser": CASSANDRA_UID, "runAsGroup": CASSANDRA_UID, "fsGroup": CASSANDRA_UID,
                 "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-# cass-operator's containers, found by name and completed by it: the node and the init container writing its
-# configuration.
-SERVER_CONTAINER, CONFIG_CONTAINER = "cassandra", "server-config-init"
+# cass-operator's containers, found by name and completed by it: the node, and the init containers copying the
+# image's base configuration and writing the node's (in that order).
+SERVER_CONTAINER, BASE_CONFIG_CONTAINER, CONFIG_CONTAINER = "cassandra", "server-config-init-base", "server-config-init"
 
 
 def heap_option(quantity: str | int) -> str:
@@ -73,6 +73,8 @@ def datacenter_spec(ring: dict, rings: RingsConfig) -> dict:
         # Mutual TLS: only cass-operator, which holds the client certificate, may call the Management API.
         "managementApiAuth": management_api_auth(name),
         "disableSystemLoggerSidecar": True,
+        # A read-only root: cass-operator gives the node writable volumes for its configuration, logs and /tmp.
+        "readOnlyRootFilesystem": True,
         "allowMultipleNodesPerWorker": bool(spec.get("allowMultipleNodesPerWorker", False)),
         "storageConfig": {"cassandraDataVolumeClaimSpec": claim},
         # The nodes' Pods name their Ring (the chart's PodMonitor selects them by it) and offer the Management API
@@ -82,9 +84,13 @@ def datacenter_spec(ring: dict, rings: RingsConfig) -> dict:
                                          "annotations": scrape_annotations(MAAC_METRICS_PORT)},
                             # resources: {} as the CRD's schema defaults it, else every reconcile would
                             # find a difference and restart the nodes.
-                            "spec": {"securityContext": POD_SECURITY,
-                                     "initContainers": [{"name": CONFIG_CONTAINER, "resources": {},
-                                                         "securityContext": CONTAINER_SECURITY}],
+                            # No API token: neither Cassandra nor its Management API calls Kubernetes.
+                            "spec": {"securityContext": POD_SECURITY, "automountServiceAccountToken": False,
+                                     "initContainers": [
+                                         {"name": BASE_CONFIG_CONTAINER, "resources": CONFIG_BUILDER_RESOURCES,
+                                          "securityContext": CONTAINER_SECURITY},
+                                         {"name": CONFIG_CONTAINER, "resources": {},
+                                          "securityContext": CONTAINER_SECURITY}],
                                      "containers": [{"name": SERVER_CONTAINER, "resources": {},
                                                      "securityContext": CONTAINER_SECURITY,
                                                      "volumeMounts": [mount]}],

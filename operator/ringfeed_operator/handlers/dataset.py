@@ -185,7 +185,7 @@ def _ensure_cache(name: str, namespace: str, status: dict, body: dict, catalog: 
 def _apply_cache(namespace: str, body: dict, catalog: str, memo: Context) -> str | None:
     """Apply every object of the tier; → why the API server refused one (also a warning event), or None."""
     try:
-        for manifest in cache_objects(body, catalog, memo.config.cache):
+        for manifest in cache_objects(body, catalog, memo.config.cache, memo.config.network):
             memo.kube.apply(namespace, manifest)
     except ObjectRejected as error:
         event(body, "CacheRejected", str(error), warning=True)

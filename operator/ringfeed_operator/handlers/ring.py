@@ -11,11 +11,14 @@ import kopf
 
 from ringfeed.ring import ProvisionedRing
 from ringfeed_operator.builders.datacenter import datacenter, datacenter_spec, volume_policy
+from ringfeed_operator.builders.network import ring_policy
 from ringfeed_operator.builders.ring import (
     DATACENTER_LABEL,
     DC_GROUP,
     DC_PLURAL,
     DC_VERSION,
+    LABEL_RING,
+    MAAC_METRICS_PORT,
     SECRET_FINALIZER,
     TASK_GROUP,
     TASK_PLURAL,
@@ -32,6 +35,7 @@ from ringfeed_operator.builders.ring import (
     node_selector,
     observe,
     parse_time,
+    ring_labels,
     step_annotations,
     step_finished_at,
     step_status,
@@ -70,6 +74,9 @@ def reconcile(name: str, namespace: str, status: dict, meta: dict, body: dict, m
         if memo.kube.ensure_secret(namespace, credentials_secret(body, secret, role, secrets.token_urlsafe(24))):
             event(body, "SecretCreated", f"Secret {secret}: role {role}")
     ensure_certificates(name, namespace, body, memo)
+    if memo.config.network.enabled:
+        memo.kube.apply(namespace, ring_policy(body, {"matchLabels": {LABEL_RING: name}}, ring_labels(name),
+                                               MAAC_METRICS_PORT, memo.config.network))
     dc = memo.kube.read_custom(DATACENTERS, namespace, ring.datacenter)
     wanted = datacenter(body, memo.config.rings)
     if dc is None:

@@ -12,12 +12,15 @@ import kopf
 
 from ringfeed_operator.builders.cache import cache_spec
 from ringfeed_operator.builders.dataset import catalog_name
+from ringfeed_operator.builders.network import trainingjob_policy
 from ringfeed_operator.builders.ring import LABEL_RING
 from ringfeed_operator.builders.trainingjob import (
     CONTROL_KEY,
     LABEL_TRAININGJOB,
+    SIDECAR_PORT,
     control_secret,
     control_secret_name,
+    labels_of,
     phase,
     pod_ready,
     rank_job,
@@ -75,6 +78,9 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         _require_cache(dataset, patch, conditions, generation)
     job = rank_job(body, dataset, catalog_name(dataset_name, dataset["spec"]), computed["version"], memo.config.jobs,
                    memo.config.cache, status.get("ranks"))
+    if memo.config.network.enabled:
+        memo.kube.apply(namespace, trainingjob_policy(body, {"matchLabels": {LABEL_TRAININGJOB: name}},
+                                                      labels_of(name), SIDECAR_PORT, memo.config.network))
     memo.kube.ensure_service(namespace, rendezvous_service(body))
     if spec.get("access", "sidecar") == "sidecar":
         memo.kube.ensure_secret(namespace, control_secret(body, secrets.token_urlsafe(32)))
