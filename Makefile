@@ -128,8 +128,8 @@ kind-up: wheels k8s-binaries ## (machines with Docker) A kind cluster from e2e/k
 ##@ Test
 
 # lint needs the tools, not a fresh native build: the venv is an order-only prerequisite (`make deps` refreshes it).
-lint: k8s-binaries | $(VENV)/.installed ## Static checks, all run: ruff, mypy (operator, data plane), cargo clippy, helm lint, shellcheck
-	@$(MAKE) --no-print-directory --keep-going lint-python lint-rust lint-chart lint-shell
+lint: k8s-binaries | $(VENV)/.installed ## Static checks, all run: ruff, mypy (operator, data plane), cargo clippy, helm lint, checkov, shellcheck
+	@$(MAKE) --no-print-directory --keep-going lint-python lint-rust lint-chart lint-security lint-shell
 
 lint-python: | $(VENV)/.installed ## ruff on every Python file (ruff.toml), mypy on the typed packages (mypy.ini)
 	$(VENV)/bin/ruff check .
@@ -154,6 +154,7 @@ lint-shell: ## shellcheck -S warning on every tracked shell script
 	shellcheck -S warning $(SHELL_SCRIPTS)
 
 test: deps test-rust alluxio $(WANPROXY) prometheus k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
+	$(MAKE) --no-print-directory lint-security
 	$(PY) -m pytest client/tests dataplane/tests operator/tests monitoring/tests
 	$(MAKE) --no-print-directory test-e2e
 

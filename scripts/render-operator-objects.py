@@ -32,7 +32,7 @@ from ringfeed.ring import ProvisionedRing
 from ringfeed_operator.builders.cache import cache_objects
 from ringfeed_operator.builders.datacenter import datacenter
 from ringfeed_operator.builders.dataset import catalog_name, ingest_fingerprint
-from ringfeed_operator.builders.jobs import ingest_job, split_job
+from ringfeed_operator.builders.jobs import ingest_job, ingest_policy, split_job, split_policy
 from ringfeed_operator.builders.network import ring_policy, trainingjob_policy
 from ringfeed_operator.builders.ring import LABEL_RING, MAAC_METRICS_PORT, cleanup_task, credentials_secret, ring_labels
 from ringfeed_operator.builders.ring_tls import ca_secret, management_secret, node_secret
@@ -164,6 +164,7 @@ def dataset_objects() -> list[dict]:
     for dataset in datasets():
         name, spec = dataset["metadata"]["name"], dataset["spec"]
         objects.append(ingest_job(dataset, catalog_name(name, spec), ingest_fingerprint(spec["ingest"]), JobsConfig()))
+        objects.append(ingest_policy(dataset, NETWORK))
         if spec.get("cache"):
             objects += cache_objects(dataset, catalog_name(name, spec), CacheConfig(), NETWORK)
     return objects
@@ -174,7 +175,7 @@ def split_objects() -> list[dict]:
     dataset, _ = datasets()
     arguments = split_arguments(split_spec(split["spec"]))
     return [split_job(split, dataset, catalog_name(dataset["metadata"]["name"], dataset["spec"]), arguments,
-                      JobsConfig())]
+                      JobsConfig()), split_policy(split, NETWORK)]
 
 
 def trainingjob_objects() -> list[dict]:

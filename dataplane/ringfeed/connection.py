@@ -34,11 +34,14 @@ class ClusterAddress:
     @classmethod
     def from_env(cls) -> ClusterAddress:
         """The ring of ``RingRef.from_env`` (``RINGFEED_HOSTS``, comma-separated, ``RINGFEED_PORT``,
-        ``RINGFEED_LOCAL_DC``, ``RINGFEED_TLS_CA_FILE``), logged in with ``RINGFEED_USERNAME``/``RINGFEED_PASSWORD``."""
-        from ringfeed.ring import PASSWORD_ENV, TLS_CA_FILE_ENV, USERNAME_ENV, RingRef
+        ``RINGFEED_LOCAL_DC``, ``RINGFEED_TLS_CA_FILE``), logged in with ``RINGFEED_USERNAME``/``RINGFEED_PASSWORD``,
+        else with the files of ``RINGFEED_LOGIN_DIR``."""
+        from ringfeed.ring import LOGIN_DIR_ENV, PASSWORD_ENV, TLS_CA_FILE_ENV, USERNAME_ENV, RingRef, read_login
 
-        return RingRef.from_env().login(os.environ.get(USERNAME_ENV) or None, os.environ.get(PASSWORD_ENV) or None,
-                                        os.environ.get(TLS_CA_FILE_ENV) or None)
+        username, password = os.environ.get(USERNAME_ENV) or None, os.environ.get(PASSWORD_ENV) or None
+        if username is None and password is None and os.environ.get(LOGIN_DIR_ENV):
+            username, password = read_login(os.environ[LOGIN_DIR_ENV])
+        return RingRef.from_env().login(username, password, os.environ.get(TLS_CA_FILE_ENV) or None)
 
     @property
     def ring(self) -> RingRef:

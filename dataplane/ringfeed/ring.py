@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ringfeed.connection import ClusterAddress
@@ -30,6 +31,11 @@ TLS_CA_FILE_ENV = "RINGFEED_TLS_CA_FILE"
 TLS_SERVER_NAME_ENV = "RINGFEED_TLS_SERVER_NAME"
 USERNAME_ENV = "RINGFEED_USERNAME"
 PASSWORD_ENV = "RINGFEED_PASSWORD"
+# A folder holding the login as files `username` and `password` (a mounted Secret): how the operator's Pods get it,
+# never as environment variables, which any process of the container's user can read (/proc/<pid>/environ).
+LOGIN_DIR_ENV = "RINGFEED_LOGIN_DIR"
+JOB_LOGIN_DIR = "/etc/ringfeed/login"
+LOGIN_FILES = ("username", "password")
 DEFAULT_HOSTS = "127.0.0.1"  # the ring of `ringfeed local up`
 DEFAULT_PORT = 9042
 JOB_TLS_CA_FILE = "/etc/ringfeed/tls/ca.crt"  # where a Job finds the nodes' CA certificate (its Secret mounted)
@@ -252,6 +258,16 @@ class RingSecrets:
     def read_only(self) -> CredentialsSecret | None:
         """What a loader logs in with: the reader where there is one, else the credentials."""
         return self.reader or self.credentials
+
+
+def read_login(directory: str | os.PathLike) -> tuple[str, str]:
+    """(username, password) from the files of a login folder (LOGIN_DIR_ENV), trailing newlines dropped."""
+    folder = Path(directory)
+    try:
+        username, password = ((folder / name).read_text().rstrip("\n") for name in LOGIN_FILES)
+    except OSError as error:
+        raise RingfeedError(f"cannot read the ring login in {folder}: {error.strerror}: {error.filename}") from None
+    return username, password
 
 
 @contextlib.contextmanager

@@ -150,7 +150,11 @@ def test_ingest_job_runs_ringfeed_ingest_with_the_spec_and_the_secret():
     assert job["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9102"
     env = {e["name"]: e for e in container["env"]}
     assert env["RINGFEED_HOSTS"]["value"] == "cass-0.db,cass-1.db" and env["RINGFEED_PORT"]["value"] == "9142"
-    assert env["RINGFEED_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "cass", "key": "pass"}}
+    assert env["RINGFEED_LOGIN_DIR"]["value"] == "/etc/ringfeed/login"  # files, never variables
+    assert not any("valueFrom" in e for e in container["env"])
+    assert {"name": "ring-login", "secret": {"secretName": "cass", "items": [
+        {"key": "user", "path": "username"}, {"key": "pass", "path": "password"}]}} in pod["volumes"]
+    assert {"name": "ring-login", "mountPath": "/etc/ringfeed/login", "readOnly": True} in container["volumeMounts"]
     assert {"name": "source", "persistentVolumeClaim": {"claimName": "raw"}} in pod["volumes"]
     assert {"name": "source", "mountPath": "/data", "readOnly": True} in container["volumeMounts"]
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]  # read-only root file system
@@ -205,8 +209,7 @@ def test_split_job_is_owned_by_the_split_and_reads_the_dataset_ring():
     assert job["metadata"]["labels"]["ringfeed.io/dataset"] == "tumour-slides"
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["split", "create", "tumour_slides", "by-patient", "--ratios=7,2,1"]
-    assert {e["name"] for e in container["env"]} == {"RINGFEED_HOSTS", "RINGFEED_PORT", "RINGFEED_USERNAME",
-                                                     "RINGFEED_PASSWORD"}
+    assert {e["name"] for e in container["env"]} == {"RINGFEED_HOSTS", "RINGFEED_PORT", "RINGFEED_LOGIN_DIR"}
     assert container["resources"]["requests"]["memory"] == SETTINGS.resources["split"]["requests"]["memory"]
 
 

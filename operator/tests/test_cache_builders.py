@@ -61,8 +61,8 @@ def test_the_master_and_workers_read_the_ring_the_fuse_process_never_does():
     dataset = cached()
     master, worker, fuse = (master_statefulset(dataset, CACHE), worker_daemonset(dataset, CACHE),
                             fuse_daemonset(dataset, "tumour_slides", CACHE))
-    assert {"RINGFEED_HOSTS", "RINGFEED_USERNAME", "RINGFEED_PASSWORD"} <= env_names(master)
-    assert {"RINGFEED_HOSTS", "RINGFEED_USERNAME", "RINGFEED_PASSWORD"} <= env_names(worker)
+    assert {"RINGFEED_HOSTS", "RINGFEED_LOGIN_DIR"} <= env_names(master)
+    assert {"RINGFEED_HOSTS", "RINGFEED_LOGIN_DIR"} <= env_names(worker)
     assert not any(name.startswith("RINGFEED_") for name in env_names(fuse))
     for obj in (master, worker, fuse):
         assert args_of(obj)["master-host"] == master_address("tumour-slides", "ml")

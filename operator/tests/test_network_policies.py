@@ -13,6 +13,7 @@ from test_ring_builders import RING
 from test_trainingjob_builders import trainingjob
 
 from ringfeed_operator.builders.cache import tier_selector
+from ringfeed_operator.builders.jobs import ingest_policy, split_policy
 from ringfeed_operator.builders.network import cache_policy, ring_policy, trainingjob_policy
 from ringfeed_operator.cli import main
 from ringfeed_operator.config import NetworkConfig, parse_network_policy
@@ -99,3 +100,16 @@ def test_a_bad_network_policy_value_ends_the_command_with_a_usage_error(text, me
     result = CliRunner().invoke(main, ["--metrics-port=0", f"--network-policy={text}"])
     assert result.exit_code == 2, result.output
     assert "Invalid value for --network-policy" in result.output and message in " ".join(result.output.split())
+
+
+def test_ingest_jobs_admit_only_monitoring_to_their_metrics_and_split_jobs_nothing():
+    ingest = ingest_policy(DATASET, NETWORK)
+    assert ingest["spec"]["podSelector"] == {"matchLabels": {"ringfeed.io/dataset": DATASET["metadata"]["name"],
+                                                             "app.kubernetes.io/component": "ingest"}}
+    assert admitted(ingest) == {9102: [{"namespaceSelector": namespace("monitoring")}]}
+    split = split_policy({"apiVersion": "ringfeed.io/v1alpha1", "kind": "Split",
+                          "metadata": {"name": "by-patient", "namespace": "ml", "uid": "9f00aa11-0004"}}, NETWORK)
+    assert split["spec"]["ingress"] == [] and split["spec"]["policyTypes"] == ["Ingress"]  # deny every ingress
+    assert split["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "split"
+    assert split["metadata"]["ownerReferences"][0]["kind"] == "Split"
+    assert ingest_policy(DATASET, NetworkConfig(enabled=True))["spec"]["ingress"] == []  # no monitoring: nothing

@@ -156,18 +156,22 @@ def test_jobs_verify_a_rings_nodes_against_its_ca_and_service_name():
     assert env["RINGFEED_TLS_CA_FILE"] == "/etc/ringfeed/tls/ca.crt"
     assert env["RINGFEED_TLS_SERVER_NAME"] == env["RINGFEED_HOSTS"] == "images-images-service"
     volumes, mounts = ring_volumes(storage)
-    assert volumes == [{"name": "ring-ca", "secret": {"secretName": "images-ca",
-                                                      "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]
-    assert mounts == [{"name": "ring-ca", "mountPath": "/etc/ringfeed/tls", "readOnly": True}]
+    assert volumes[1:] == [{"name": "ring-ca", "secret": {"secretName": "images-ca",
+                                                          "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]
+    assert mounts[1:] == [{"name": "ring-ca", "mountPath": "/etc/ringfeed/tls", "readOnly": True}]
 
 
 def test_loaders_read_with_the_reader_and_jobs_write_with_the_superuser():
     storage = {"ring": {"name": "images"}}
-    secret_of = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in ring_env(storage) if "valueFrom" in e}
-    assert secret_of == {"RINGFEED_USERNAME": "images-reader", "RINGFEED_PASSWORD": "images-reader"}
-    secret_of = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in ring_env(storage, writes=True)
-                 if "valueFrom" in e}
-    assert secret_of == {"RINGFEED_USERNAME": "images-superuser", "RINGFEED_PASSWORD": "images-superuser"}
+    for writes, secret in ((False, "images-reader"), (True, "images-superuser")):
+        env = {e["name"]: e.get("value") for e in ring_env(storage, writes=writes)}
+        assert env["RINGFEED_LOGIN_DIR"] == "/etc/ringfeed/login"
+        assert not any(name in env for name in ("RINGFEED_USERNAME", "RINGFEED_PASSWORD"))  # files, not variables
+        volumes, mounts = ring_volumes(storage, writes=writes)
+        assert volumes[0] == {"name": "ring-login", "secret": {"secretName": secret, "items": [
+            {"key": "username", "path": "username"}, {"key": "password", "path": "password"}]}}
+        assert mounts[0] == {"name": "ring-login", "mountPath": "/etc/ringfeed/login", "readOnly": True}
+    assert ring_volumes({"external": {"contactPoints": ["db"]}}) == ([], [])  # no login, no TLS: nothing
     assert {"name": "RINGFEED_HOSTS", "value": "images-images-service"} in ring_env(storage)
     assert {"name": "RINGFEED_LOCAL_DC", "value": "images"} in ring_env(storage)
 

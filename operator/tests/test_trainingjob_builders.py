@@ -65,8 +65,9 @@ def test_only_the_sidecar_sees_the_ring_and_its_credentials():
     pod = job_of(trainingjob())["spec"]["template"]["spec"]
     sidecar = pod["initContainers"][0]
     assert sidecar["name"] == SIDECAR and sidecar["restartPolicy"] == "Always"
-    secret_refs = [e for e in sidecar["env"] if "secretKeyRef" in e.get("valueFrom", {})]
-    assert {e["valueFrom"]["secretKeyRef"]["name"] for e in secret_refs} == {"cass"}
+    login = next(v for v in pod["volumes"] if v["name"] == "ring-login")
+    assert login["secret"]["secretName"] == "cass"
+    assert {"name": "ring-login", "mountPath": "/etc/ringfeed/login", "readOnly": True} in sidecar["volumeMounts"]
     trainer = pod["containers"][0]
     assert not any("secretKeyRef" in e.get("valueFrom", {}) or e["name"].startswith("RINGFEED_HOSTS")
                    for e in trainer["env"])

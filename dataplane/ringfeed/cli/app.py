@@ -19,12 +19,14 @@ from ringfeed.ring import (
     DEFAULT_PORT,
     HOSTS_ENV,
     LOCAL_DC_ENV,
+    LOGIN_DIR_ENV,
     PASSWORD_ENV,
     PORT_ENV,
     TLS_CA_FILE_ENV,
     TLS_SERVER_NAME_ENV,
     USERNAME_ENV,
     RingRef,
+    read_login,
 )
 
 console = Console()
@@ -69,6 +71,9 @@ class RingfeedGroup(click.Group):
 @click.option("--port", envvar=PORT_ENV, default=DEFAULT_PORT, show_default=True, help=f"CQL port [env {PORT_ENV}].")
 @click.option("--username", envvar=USERNAME_ENV, default=None, help=f"[env {USERNAME_ENV}]")
 @click.option("--password", envvar=PASSWORD_ENV, default=None, help=f"[env {PASSWORD_ENV}]")
+@click.option("--login-dir", envvar=LOGIN_DIR_ENV, default=None, type=click.Path(file_okay=False),
+              help="A folder holding the login as files username and password (a mounted Secret), read when "
+                   f"--username and --password are not given [env {LOGIN_DIR_ENV}].")
 @click.option("--tls-ca-file", envvar=TLS_CA_FILE_ENV, default=None, type=click.Path(dir_okay=False),
               help=f"Connect with TLS, verifying the nodes against this PEM CA certificate [env {TLS_CA_FILE_ENV}].")
 @click.option("--tls-server-name", envvar=TLS_SERVER_NAME_ENV, default=None,
@@ -78,7 +83,7 @@ class RingfeedGroup(click.Group):
               help=f"Send requests to this datacenter's nodes only [env {LOCAL_DC_ENV}].")
 @click.version_option(package_name="ringfeed")
 @click.pass_context
-def main(ctx, hosts, port, username, password, tls_ca_file, tls_server_name, local_dc):
+def main(ctx, hosts, port, username, password, login_dir, tls_ca_file, tls_server_name, local_dc):
     """Ringfeed: deep-learning training data in an Apache Cassandra ring.
 
     \b
@@ -93,6 +98,11 @@ def main(ctx, hosts, port, username, password, tls_ca_file, tls_server_name, loc
     if tls_server_name and not tls_ca_file:
         raise click.BadParameter("a server name is checked only with TLS: give --tls-ca-file too",
                                  param_hint="--tls-server-name")
+    if login_dir and username is None and password is None:
+        try:
+            username, password = read_login(login_dir)
+        except RingfeedError as error:
+            raise click.BadParameter(str(error), param_hint="--login-dir") from None
     ctx.obj = RingRef.parse(hosts, port, local_dc, tls=bool(tls_ca_file), tls_server_name=tls_server_name).login(
         username, password, tls_ca_file)
 

@@ -87,6 +87,25 @@ def test_the_jobs_read_back_the_ring_the_operator_wrote(storage, monkeypatch):
     assert address.tls_server_name == ring.tls_server_name
 
 
+def test_a_pods_login_is_read_from_its_mounted_folder_and_given_values_win(tmp_path, monkeypatch):
+    for name in (*RING_VARIABLES, "RINGFEED_USERNAME", "RINGFEED_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "username").write_text("images_reader")
+    (tmp_path / "password").write_text("s3cret\n")  # a Secret written with a trailing newline
+    monkeypatch.setenv("RINGFEED_LOGIN_DIR", str(tmp_path))
+    with main.make_context("ringfeed", ["inspect"]) as ctx:
+        ctx.invoke(main.callback, **ctx.params)
+    assert (ctx.obj.username, ctx.obj.password) == ("images_reader", "s3cret")
+    assert (ClusterAddress.from_env().username, ClusterAddress.from_env().password) == ("images_reader", "s3cret")
+    with main.make_context("ringfeed", ["--username", "u", "--password", "p", "inspect"]) as ctx:
+        ctx.invoke(main.callback, **ctx.params)
+    assert (ctx.obj.username, ctx.obj.password) == ("u", "p")
+    (tmp_path / "password").unlink()
+    with pytest.raises(Exception, match="cannot read the ring login in .*password"):
+        with main.make_context("ringfeed", ["inspect"]) as ctx:
+            ctx.invoke(main.callback, **ctx.params)
+
+
 def test_a_server_name_without_tls_is_refused():
     with pytest.raises(Exception, match="--tls-ca-file"):
         with main.make_context("ringfeed", ["--tls-server-name", "ring.svc", "inspect"]) as ctx:

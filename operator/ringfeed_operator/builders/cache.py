@@ -196,7 +196,8 @@ def fuse_daemonset(dataset: dict, catalog: str, config: CacheConfig) -> dict:
         lifecycle={"preStop": {"exec": {"command": ["umount", "-l", mount]}}},
         volumeMounts=[*_SCRATCH_MOUNTS, {"name": "mounts", "mountPath": MOUNT_DIR,
                                          "mountPropagation": "Bidirectional"}],
-        securityContext={"privileged": True, "runAsUser": 0, "runAsNonRoot": False})
+        # Privileged for /dev/fuse and Bidirectional propagation; its root stays read-only (scratch mounts above).
+        securityContext={"privileged": True, "runAsUser": 0, "runAsNonRoot": False, "readOnlyRootFilesystem": True})
     volumes = [*_SCRATCH, {"name": "mounts", "hostPath": {"path": str(host_dir(config, namespace, name)),
                                                           "type": "DirectoryOrCreate"}}]
     return _daemonset(dataset, "fuse", container, volumes, {"seccompProfile": {"type": "RuntimeDefault"}})

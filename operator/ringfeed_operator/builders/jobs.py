@@ -13,8 +13,9 @@ from ringfeed_operator.builders.meta import (
     owner_reference,
     scrape_annotations,
 )
+from ringfeed_operator.builders.network import job_policy
 from ringfeed_operator.builders.ring import ring_env, ring_volumes
-from ringfeed_operator.config import JobsConfig
+from ringfeed_operator.config import JobsConfig, NetworkConfig
 
 SOURCE_MOUNT = "/data"
 TTL_SECONDS_AFTER_FINISHED = 86400  # a finished Job, its Pods and their logs stay a day
@@ -70,7 +71,7 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, config: JobsC
     ]
     if ingest.get("fullDecode"):
         arguments.append("--full-decode")
-    tls_volumes, tls_mounts = ring_volumes(spec["storage"])
+    tls_volumes, tls_mounts = ring_volumes(spec["storage"], writes=True)
     container = {
         "name": "ingest", "command": ["ringfeed"], "args": arguments, "env": ring_env(spec["storage"], writes=True),
         "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}, *tls_mounts],
@@ -88,10 +89,31 @@ def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str
     name = split["metadata"]["name"]
     labels = {LABEL_DATASET: dataset["metadata"]["name"], LABEL_SPLIT: name, LABEL_COMPONENT: "split",
               LABEL_MANAGED_BY: MANAGER}
-    tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"])
+    tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"], writes=True)
     container = {"name": "split", "command": ["ringfeed"],
                  "args": ["split", "create", catalog_name, name, *arguments],
                  "env": ring_env(dataset["spec"]["storage"], writes=True), "volumeMounts": tls_mounts,
                  "resources": config.resources.get("split", {})}
     return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, config,
                 tls_volumes)
+
+
+def _policy_name(owner: str, role: str) -> str:
+    tail = f"-{role}"
+    return owner[: MAX_NAME - len(tail)].rstrip("-.") + tail
+
+
+def ingest_policy(dataset: dict, network: NetworkConfig) -> dict:
+    """The NetworkPolicy of the Dataset's ingest Jobs: their metrics to the monitoring namespace, nothing else."""
+    name = dataset["metadata"]["name"]
+    labels = {LABEL_DATASET: name, LABEL_COMPONENT: "ingest"}
+    return job_policy(dataset, _policy_name(name, "ingest"), {"matchLabels": labels},
+                      {**labels, LABEL_MANAGED_BY: MANAGER}, INGEST_METRICS_PORT, network)
+
+
+def split_policy(split: dict, network: NetworkConfig) -> dict:
+    """The NetworkPolicy of the Split's Job: it serves nothing."""
+    name = split["metadata"]["name"]
+    labels = {LABEL_SPLIT: name, LABEL_COMPONENT: "split"}
+    return job_policy(split, _policy_name(name, "split"), {"matchLabels": labels},
+                      {**labels, LABEL_MANAGED_BY: MANAGER}, None, network)

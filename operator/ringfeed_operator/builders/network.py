@@ -9,6 +9,7 @@ labels (docs/security.md draws them). Ingress only: a trainer may still reach wh
   the sidecar's HTTP from the operator (status, pause) and the monitoring namespace.
 - A cache tier's Pods: Alluxio's ports among the tier's own Pods; its web ports (metrics) from the monitoring
   namespace. Its posix TrainingJobs read through the node's FUSE mount, not the network.
+- Ingest and split Jobs: nothing, but an ingest's metrics from the monitoring namespace.
 """
 
 from __future__ import annotations
@@ -82,3 +83,10 @@ def cache_policy(dataset: dict, name: str, pods: dict, labels: dict[str, str], n
     rules = [{"from": [{"podSelector": pods}], "ports": _tcp(*ports)},
              *_monitoring(network, *sorted(WEB_PORTS.values()))]
     return _policy(dataset, name, pods, rules, labels)
+
+
+def job_policy(owner: dict, name: str, pods: dict, labels: dict[str, str], metrics_port: int | None,
+               network: NetworkConfig) -> dict:
+    """The NetworkPolicy of a Dataset's ingest Jobs or a Split's Job (`pods`): they serve nothing but, for an ingest,
+    its metrics to the monitoring namespace."""
+    return _policy(owner, name, pods, _monitoring(network, metrics_port) if metrics_port else [], labels)

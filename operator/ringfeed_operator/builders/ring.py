@@ -14,7 +14,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from ringfeed.ring import JOB_TLS_CA_FILE, PASSWORD_ENV, USERNAME_ENV, ProvisionedRing, RingRef, RingSecrets
+from ringfeed.ring import (
+    JOB_LOGIN_DIR,
+    JOB_TLS_CA_FILE,
+    LOGIN_DIR_ENV,
+    CredentialsSecret,
+    ProvisionedRing,
+    RingRef,
+    RingSecrets,
+)
 from ringfeed_operator.builders.meta import (
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
@@ -22,7 +30,7 @@ from ringfeed_operator.builders.meta import (
     owner_reference,
 )
 
-CA_VOLUME = "ring-ca"
+CA_VOLUME, LOGIN_VOLUME = "ring-ca", "ring-login"
 
 DC_GROUP, DC_VERSION, DC_PLURAL = "cassandra.datastax.com", "v1beta1", "cassandradatacenters"
 TASK_GROUP, TASK_VERSION, TASK_PLURAL = "control.k8ssandra.io", "v1alpha1", "cassandratasks"
@@ -48,27 +56,36 @@ SECRET_FINALIZER = "ringfeed.io/ring-datacenter"
 
 # -- a Dataset's ring in its Jobs -------------------------------------------------------------------------------------
 
+def _login(storage: dict, writes: bool) -> CredentialsSecret | None:
+    secrets = RingSecrets.from_spec(storage)
+    return secrets.credentials if writes else secrets.read_only
+
+
 def ring_env(storage: dict, writes: bool = False) -> list[dict]:
-    """How a data-plane container finds the ring (``RingRef.from_env`` reads it back) and logs in to it: with the
-    credentials that may write when it `writes` (ingest, split), else as a reader (a loader: a Ring's read-only
-    role)."""
+    """How a data-plane container finds the ring (``RingRef.from_env`` reads it back) and where its login is: the
+    folder ``ring_volumes`` mounts (files, not variables)."""
     env: list[dict[str, Any]] = [{"name": name, "value": value}
                                  for name, value in RingRef.from_spec(storage).to_env().items()]
-    secrets = RingSecrets.from_spec(storage)
-    if credentials := (secrets.credentials if writes else secrets.read_only):
-        for name, key in ((USERNAME_ENV, credentials.username_key), (PASSWORD_ENV, credentials.password_key)):
-            env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": credentials.name, "key": key}}})
+    if _login(storage, writes):
+        env.append({"name": LOGIN_DIR_ENV, "value": JOB_LOGIN_DIR})
     return env
 
 
-def ring_volumes(storage: dict) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts) that put the nodes' CA certificate where the Job's environment says (JOB_TLS_CA_FILE)."""
-    ca = RingSecrets.from_spec(storage).ca_certificate
-    if not ca:
-        return [], []
-    file = PurePosixPath(JOB_TLS_CA_FILE)
-    volume = {"name": CA_VOLUME, "secret": {"secretName": ca.name, "items": [{"key": ca.key, "path": file.name}]}}
-    return [volume], [{"name": CA_VOLUME, "mountPath": str(file.parent), "readOnly": True}]
+def ring_volumes(storage: dict, writes: bool = False) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts) of the ring's login and CA certificate where the container's environment says
+    (JOB_LOGIN_DIR, JOB_TLS_CA_FILE): the credentials that may write when it `writes` (ingest, split), else a
+    reader's (a loader, a cache tier: a Ring's read-only role)."""
+    volumes, mounts = [], []
+    if login := _login(storage, writes):
+        items = [{"key": login.username_key, "path": "username"}, {"key": login.password_key, "path": "password"}]
+        volumes.append({"name": LOGIN_VOLUME, "secret": {"secretName": login.name, "items": items}})
+        mounts.append({"name": LOGIN_VOLUME, "mountPath": JOB_LOGIN_DIR, "readOnly": True})
+    if ca := RingSecrets.from_spec(storage).ca_certificate:
+        file = PurePosixPath(JOB_TLS_CA_FILE)
+        volumes.append({"name": CA_VOLUME, "secret": {"secretName": ca.name,
+                                                      "items": [{"key": ca.key, "path": file.name}]}})
+        mounts.append({"name": CA_VOLUME, "mountPath": str(file.parent), "readOnly": True})
+    return volumes, mounts
 
 
 # -- what a Ring is made of -------------------------------------------------------------------------------------------

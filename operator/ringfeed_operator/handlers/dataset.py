@@ -40,7 +40,7 @@ from ringfeed_operator.builders.dataset import (
     same_tables,
     stats_status,
 )
-from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, job_name
+from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, ingest_policy, job_name
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import STORE_ERRORS, event, give_up, open_store
 from ringfeed_operator.kube import JobRejected, ObjectRejected, SecretNotFound
@@ -151,6 +151,8 @@ def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo
         return
     if recorded.get("jobName") and recorded["jobName"] != wanted:
         memo.kube.delete_jobs(namespace, f"job-name={recorded['jobName']}")  # the spec moved on: one ingest at a time
+    if memo.config.network.enabled:
+        memo.kube.apply(namespace, ingest_policy(body, memo.config.network))
     try:
         _, created = memo.kube.ensure_job(namespace, ingest_job(body, catalog, fingerprint, memo.config.jobs))
     except JobRejected as error:

@@ -14,7 +14,7 @@ from ringfeed.splits import SplitSpec
 from ringfeed.splits.spec import SplitError
 from ringfeed.splits.storage import SplitNotFound, get_split, list_splits
 from ringfeed_operator.builders.dataset import catalog_name
-from ringfeed_operator.builders.jobs import split_job
+from ringfeed_operator.builders.jobs import split_job, split_policy
 from ringfeed_operator.builders.split import (
     computed_message,
     split_arguments,
@@ -78,6 +78,8 @@ def _ensure_split_job(namespace: str, spec: dict, body: dict, parameters: SplitS
     dataset = _ready_dataset(namespace, spec, memo, patch, conditions, generation)
     manifest = split_job(body, dataset, catalog_name(dataset["metadata"]["name"], dataset["spec"]),
                          split_arguments(parameters), memo.config.jobs)
+    if memo.config.network.enabled:
+        memo.kube.apply(namespace, split_policy(body, memo.config.network))
     try:
         _, created = memo.kube.ensure_job(namespace, manifest)
     except JobRejected as error:
