@@ -556,3 +556,33 @@ def test_bench_ring_scale(cluster: Cluster, ns: str, ring: dict):
     Path(BENCH_OUT).write_text(json.dumps({"timeline": loaded.timeline, "marks": marks, "failures": loaded.failures,
                                            "epochs": loaded.epochs, "samples": loaded.samples,
                                            "replication_factor": BENCH_RF}))
+
+
+def test_a_retained_rings_volumes_outlive_it_and_the_same_ring_created_again_finds_the_data(
+        cluster: Cluster, ns: str, ring: dict):
+    """deletionPolicy Retain, the default: deleting the Ring (after its Split and its Dataset, whose keyspace is
+    retained too) keeps the nodes' PersistentVolumeClaims; the Ring created again with the same name starts on them,
+    and a Dataset created again without an ingest finds every sample."""
+    samples = get(cluster, ns, "datasets", DATASET)["status"]["samples"]
+    assert samples > 0
+    dataset = get(cluster, ns, "datasets", DATASET)
+    cluster.kubectl("delete", "trainingjobs", "--all", "-n", ns, "--wait=true", "--timeout=120s", timeout=150)
+    for plural, name in (("splits", SPLIT), ("datasets", DATASET), ("rings", RING)):
+        cluster.kubectl("delete", plural, name, "-n", ns, "--wait=true", "--timeout=240s", timeout=270)
+    assert get(cluster, ns, "rings", RING) is None
+    claims = cluster.core.list_namespaced_persistent_volume_claim(
+        ns, label_selector=f"cassandra.datastax.com/cluster={RING}").items
+    assert claims and all(claim.status.phase == "Bound" for claim in claims), "the nodes' volumes are kept"
+    kept = {claim.metadata.name for claim in claims}
+
+    create(cluster, ns, "rings", ring_manifest(1))
+    wait_ready(cluster, ns, "rings", RING, timeout_s=NODE_START_S)
+    spec = {key: value for key, value in dataset["spec"].items() if key != "ingest"}
+    create(cluster, ns, "datasets", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Dataset",
+                                     "metadata": {"name": DATASET}, "spec": spec})
+    found = wait_ready(cluster, ns, "datasets", DATASET, timeout_s=300)
+    assert found["status"]["samples"] == samples, found["status"]
+    assert any(e.reason == "TablesAdopted" for e in events(cluster, ns, DATASET))
+    claims = cluster.core.list_namespaced_persistent_volume_claim(
+        ns, label_selector=f"cassandra.datastax.com/cluster={RING}").items
+    assert {claim.metadata.name for claim in claims} >= kept
