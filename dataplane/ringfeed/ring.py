@@ -222,6 +222,15 @@ class CredentialsSecret:
     password_key: str = "password"
 
 
+def writer_secret(dataset: str) -> CredentialsSecret:
+    """The Secret of a Dataset's writer role on its Ring (made by the operator): its ingest and split Jobs' login."""
+    return CredentialsSecret(f"{dataset}-writer")
+
+
+def writer_role(keyspace: str) -> str:
+    return f"{keyspace}_writer"
+
+
 @dataclasses.dataclass(frozen=True)
 class RingSecrets:
     """Where a Dataset keeps what logs in to its ring: Secrets the operator reads, and its Jobs get as

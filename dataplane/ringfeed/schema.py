@@ -24,6 +24,7 @@ RAW_DTYPES = ("uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "
 # Column names the tables use themselves.
 RESERVED_COLUMNS = frozenset({"uuid", "label", "data", "sample_bytes"})
 CATALOG_KEYSPACE = "ringfeed"
+CATALOG_TABLES = ("datasets", "splits", "split_chunks")  # catalog_ddl's
 METADATA_BY_NAT = "metadata_by_nat"
 # Where `ringfeed dataset migrate` copies metadata_by_nat while it rebuilds the table in the current layout.
 MIGRATION_TABLE = "metadata_by_nat_migration"

@@ -27,7 +27,7 @@ from ringfeed.errors import (
     ring_error,
     ring_failures,
 )
-from ringfeed.schema import CATALOG_KEYSPACE, METADATA_BY_NAT, DatasetSchema, catalog_ddl
+from ringfeed.schema import CATALOG_KEYSPACE, CATALOG_TABLES, METADATA_BY_NAT, DatasetSchema, catalog_ddl
 from ringfeed.table import ColumnarTable, scan_table
 
 
@@ -299,6 +299,18 @@ class Store:
         """Create the catalog keyspace (with this RF, if it is new) and any catalog table it lacks."""
         for statement in catalog_ddl(replication_factor):
             self.session.execute(statement)
+
+    def ensure_writer(self, role: str, password: str, keyspace: str) -> None:
+        """A login that may write `keyspace` and the catalog's tables, and nothing else: a Dataset's ingest and split
+        Jobs (Cassandra grants by table, so the catalog's rows of other datasets stay writable to it, never their
+        samples, another keyspace, a role or the schema)."""
+        self.session.execute(f'CREATE ROLE IF NOT EXISTS "{role}" WITH PASSWORD = %s AND LOGIN = true', (password,))
+        self.session.execute(f'ALTER ROLE "{role}" WITH PASSWORD = %s', (password,))  # the Secret's, made again
+        for permission in ("SELECT", "MODIFY"):
+            self.session.execute(f'GRANT {permission} ON KEYSPACE {keyspace} TO "{role}"')
+        self.session.execute(f'GRANT SELECT ON KEYSPACE {CATALOG_KEYSPACE} TO "{role}"')
+        for table in CATALOG_TABLES:
+            self.session.execute(f'GRANT MODIFY ON TABLE {CATALOG_KEYSPACE}.{table} TO "{role}"')
 
     def grant_read(self, role: str, keyspace: str) -> None:
         """Let `role` read `keyspace` and the catalog, and nothing else: the login of a loader, which reads a

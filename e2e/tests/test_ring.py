@@ -14,6 +14,7 @@ The local node has no volume provisioner: the module makes a StorageClass and ho
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -348,6 +349,9 @@ def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
         val = [u.tobytes() for u in parts.uuids("val")]
         assert len(digests) == len(train) + len(val) == 60
         check_least_privilege(reader, store.schema(CATALOG).keyspace)
+        check_writer_privilege(store, dataclasses.replace(
+            reader, **dict(zip(("username", "password"), secret_login(cluster, ns, f"{DATASET}-writer"),
+                               strict=True))), store.schema(CATALOG).keyspace)
         check_tls(cluster, ns, reader)
 
         deleted: set[bytes] = set()
@@ -445,6 +449,29 @@ def check_least_privilege(reader: ClusterAddress, keyspace: str) -> None:
             session.execute(f"DROP KEYSPACE {keyspace}")
     finally:
         cql.shutdown()
+
+
+def check_writer_privilege(superuser: Store, writer: ClusterAddress, keyspace: str) -> None:
+    """The Dataset's writer role (what its ingest, which filled the ring, logged in with) writes its keyspace and
+    the catalog, and cannot touch another keyspace, the schema or the roles."""
+    superuser.session.execute("CREATE KEYSPACE IF NOT EXISTS another_dataset WITH replication = "
+                              "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+    superuser.session.execute("CREATE TABLE IF NOT EXISTS another_dataset.samples (id int PRIMARY KEY, data blob)")
+    cql = CqlCluster(list(writer.hosts), auth_provider=PlainTextAuthProvider(writer.username, writer.password),
+                     ssl_context=ssl.create_default_context(cafile=writer.tls_ca_file),
+                     ssl_options={"server_hostname": writer.tls_server_name})
+    try:
+        session = cql.connect()
+        assert writer.username == f"{keyspace}_writer"
+        session.execute(f"DELETE FROM {keyspace}.data_by_uuid WHERE uuid = uuid()")  # allowed: no such sample
+        for statement in ("INSERT INTO another_dataset.samples (id, data) VALUES (1, 0x00)",
+                          "SELECT * FROM another_dataset.samples", "DROP KEYSPACE another_dataset",
+                          f"DROP TABLE {keyspace}.data_by_uuid", "CREATE ROLE intruder WITH LOGIN = true"):
+            with pytest.raises(Unauthorized):
+                session.execute(statement)
+    finally:
+        cql.shutdown()
+        superuser.session.execute("DROP KEYSPACE IF EXISTS another_dataset")
 
 
 def test_a_trainingjob_trains_on_the_ring_through_its_sidecar_over_tls(cluster: Cluster, ns: str, ring: dict,

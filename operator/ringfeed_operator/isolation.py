@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from ringfeed.ring import ProvisionedRing, RingSecrets
+from ringfeed.ring import ProvisionedRing, RingSecrets, writer_secret
 
 # The loader sidecar's user and group: outside the ranges images give their users (system users below 1000, the
 # first login users from 1000, the shipped images' 10001, distroless' 65532), so no trainer image runs as it by
@@ -61,6 +61,13 @@ def ring_secret_names(storage: Mapping) -> set[str]:
         return set(ProvisionedRing(storage["ring"]["name"]).secrets)
     named = RingSecrets.from_spec(storage)
     return {secret.name for secret in (named.credentials, named.ca_certificate, named.reader) if secret is not None}
+
+
+def dataset_secret_names(dataset: Mapping) -> set[str]:
+    """Every Secret that logs in to a Dataset's ring: its ring's, and on a Ring its writer role's."""
+    storage = (dataset.get("spec") or {}).get("storage") or {}
+    writer = {writer_secret(dataset["metadata"]["name"]).name} if "ring" in storage else set()
+    return ring_secret_names(storage) | writer
 
 
 def refusal(breaches: list[str], forbidden: Mapping[str, str], references: Mapping[str, list[str]]) -> str | None:

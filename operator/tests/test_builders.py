@@ -73,10 +73,10 @@ def test_dataset_spec_becomes_the_data_plane_schema():
 def test_a_local_datacenter_reaches_the_operator_and_the_jobs():
     storage = copy.deepcopy(DATASET["spec"]["storage"])
     assert RingRef.from_spec(storage).local_dc is None
-    assert "RINGFEED_LOCAL_DC" not in {e["name"] for e in ring_env(storage)}
+    assert "RINGFEED_LOCAL_DC" not in {e["name"] for e in ring_env(storage, None)}
     storage["external"]["localDatacenter"] = "dc-west"
     assert RingRef.from_spec(storage).local_dc == "dc-west"
-    assert {"name": "RINGFEED_LOCAL_DC", "value": "dc-west"} in ring_env(storage)
+    assert {"name": "RINGFEED_LOCAL_DC", "value": "dc-west"} in ring_env(storage, None)
 
 
 def test_a_keyspace_belongs_to_the_earliest_dataset_claiming_it_on_that_ring():

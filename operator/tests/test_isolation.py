@@ -7,6 +7,7 @@ import pytest
 
 from ringfeed_operator.isolation import (
     SIDECAR_UID,
+    dataset_secret_names,
     isolation_breaches,
     refusal,
     ring_secret_names,
@@ -80,3 +81,12 @@ def test_the_refusal_names_every_breach_and_forbidden_secret_and_nothing_else():
     assert "hostPID" in message and "volume 'creds' names Secret images-superuser (Ring images's)" in message
     assert "wandb" not in message and "images-ca" not in message  # allowed, and not named by the template
     assert refusal([], {"images-superuser": "Ring images's"}, {"wandb": ["container 'train' envFrom"]}) is None
+
+
+def test_a_datasets_secrets_include_its_writer_role_on_a_ring():
+    on_ring = {"metadata": {"name": "slides"}, "spec": {"storage": {"ring": {"name": "images"}}}}
+    assert "slides-writer" in dataset_secret_names(on_ring)
+    assert ring_secret_names({"ring": {"name": "images"}}) < dataset_secret_names(on_ring)
+    external = {"metadata": {"name": "slides"}, "spec": {"storage": {"external": {
+        "contactPoints": ["db"], "credentialsSecret": {"name": "cass"}}}}}
+    assert dataset_secret_names(external) == {"cass"}

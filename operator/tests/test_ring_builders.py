@@ -8,6 +8,7 @@ import datetime as dt
 
 import pytest
 
+from ringfeed.ring import CredentialsSecret
 from ringfeed_operator.builders.datacenter import DELETE_PVC, datacenter, heap_option
 from ringfeed_operator.builders.ring import (
     LATENCY_P99,
@@ -25,9 +26,11 @@ from ringfeed_operator.builders.ring import (
     cleanup_task,
     credentials_secret,
     decide,
+    job_login,
     node_load,
     node_selector,
     observe,
+    reader_login,
     ring_env,
     ring_load,
     ring_volumes,
@@ -152,28 +155,33 @@ def test_a_ring_speaks_only_tls_and_its_management_api_only_mutual_tls():
 
 def test_jobs_verify_a_rings_nodes_against_its_ca_and_service_name():
     storage = {"ring": {"name": "images"}}
-    env = {e["name"]: e.get("value") for e in ring_env(storage)}
+    env = {e["name"]: e.get("value") for e in ring_env(storage, reader_login(storage))}
     assert env["RINGFEED_TLS_CA_FILE"] == "/etc/ringfeed/tls/ca.crt"
     assert env["RINGFEED_TLS_SERVER_NAME"] == env["RINGFEED_HOSTS"] == "images-images-service"
-    volumes, mounts = ring_volumes(storage)
+    volumes, mounts = ring_volumes(storage, reader_login(storage))
     assert volumes[1:] == [{"name": "ring-ca", "secret": {"secretName": "images-ca",
                                                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]
     assert mounts[1:] == [{"name": "ring-ca", "mountPath": "/etc/ringfeed/tls", "readOnly": True}]
 
 
-def test_loaders_read_with_the_reader_and_jobs_write_with_the_superuser():
+def test_loaders_read_with_the_reader_and_jobs_write_with_their_datasets_writer_role():
     storage = {"ring": {"name": "images"}}
-    for writes, secret in ((False, "images-reader"), (True, "images-superuser")):
-        env = {e["name"]: e.get("value") for e in ring_env(storage, writes=writes)}
+    dataset = {"metadata": {"name": "slides"}, "spec": {"storage": storage}}
+    assert job_login(dataset) == CredentialsSecret("slides-writer")  # never the Ring's superuser
+    external = {"metadata": {"name": "slides"}, "spec": {"storage": {"external": {
+        "contactPoints": ["db"], "credentialsSecret": {"name": "cass"}}}}}
+    assert job_login(external) == CredentialsSecret("cass")
+    for login, secret in ((reader_login(storage), "images-reader"), (job_login(dataset), "slides-writer")):
+        env = {e["name"]: e.get("value") for e in ring_env(storage, login)}
         assert env["RINGFEED_LOGIN_DIR"] == "/etc/ringfeed/login"
         assert not any(name in env for name in ("RINGFEED_USERNAME", "RINGFEED_PASSWORD"))  # files, not variables
-        volumes, mounts = ring_volumes(storage, writes=writes)
+        volumes, mounts = ring_volumes(storage, login)
         assert volumes[0] == {"name": "ring-login", "secret": {"secretName": secret, "items": [
             {"key": "username", "path": "username"}, {"key": "password", "path": "password"}]}}
         assert mounts[0] == {"name": "ring-login", "mountPath": "/etc/ringfeed/login", "readOnly": True}
-    assert ring_volumes({"external": {"contactPoints": ["db"]}}) == ([], [])  # no login, no TLS: nothing
-    assert {"name": "RINGFEED_HOSTS", "value": "images-images-service"} in ring_env(storage)
-    assert {"name": "RINGFEED_LOCAL_DC", "value": "images"} in ring_env(storage)
+    assert ring_volumes({"external": {"contactPoints": ["db"]}}, None) == ([], [])  # no login, no TLS: nothing
+    assert {"name": "RINGFEED_HOSTS", "value": "images-images-service"} in ring_env(storage, None)
+    assert {"name": "RINGFEED_LOCAL_DC", "value": "images"} in ring_env(storage, None)
 
 
 # -- what cass-operator says --------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from ringfeed_operator.builders.meta import (
     owner_reference,
 )
 from ringfeed_operator.builders.network import cache_policy
-from ringfeed_operator.builders.ring import ring_env, ring_volumes
+from ringfeed_operator.builders.ring import reader_login, ring_env, ring_volumes
 from ringfeed_operator.config import CacheConfig, NetworkConfig
 
 ROLES = ("master", "worker", "fuse")
@@ -139,10 +139,10 @@ def master_service(dataset: dict) -> dict:
 def master_statefulset(dataset: dict, config: CacheConfig) -> dict:
     name = dataset["metadata"]["name"]
     storage = dataset["spec"]["storage"]
-    tls_volumes, tls_mounts = ring_volumes(storage)
+    tls_volumes, tls_mounts = ring_volumes(storage, reader_login(storage))
     container = _container(
         dataset, "master", config, [],
-        env=ring_env(storage),
+        env=ring_env(storage, reader_login(storage)),
         ports=[{"name": "rpc", "containerPort": RPC_PORTS["master"]},
                {"name": "web", "containerPort": WEB_PORTS["master"]}],
         readinessProbe={"tcpSocket": {"port": RPC_PORTS["master"]}, "periodSeconds": 5},
@@ -163,12 +163,13 @@ def master_statefulset(dataset: dict, config: CacheConfig) -> dict:
 def worker_daemonset(dataset: dict, config: CacheConfig) -> dict:
     spec = cache_spec(dataset) or {}
     memory = str(spec.get("memory", DEFAULT_MEMORY))
-    tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"])
+    storage = dataset["spec"]["storage"]
+    tls_volumes, tls_mounts = ring_volumes(storage, reader_login(storage))
     container = _container(
         dataset, "worker", config,
         ["--hostname=$(POD_IP)", "--node=$(NODE_NAME)", f"--memory={quantity_bytes(memory)}",
          f"--memory-dir={MEMORY_DIR}"],
-        env=[*_POD_ENV, *ring_env(dataset["spec"]["storage"])],
+        env=[*_POD_ENV, *ring_env(storage, reader_login(storage))],
         ports=[{"name": "rpc", "containerPort": RPC_PORTS["worker"]},
                {"name": "web", "containerPort": WEB_PORTS["worker"]}],
         readinessProbe={"tcpSocket": {"port": RPC_PORTS["worker"]}, "periodSeconds": 5},

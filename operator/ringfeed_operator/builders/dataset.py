@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from ringfeed.ring import RingRef
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.store import DatasetInfo
+from ringfeed_operator.builders.meta import LABEL_COMPONENT, LABEL_DATASET, LABEL_MANAGED_BY, MANAGER, owner_reference
 
 
 def catalog_name(name: str, spec: dict) -> str:
@@ -118,3 +119,15 @@ def refresh_due(last_refresh: str | None, refresh_interval: str, now: dt.datetim
     read_at = dt.datetime.strptime(last_refresh, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
     interval = sum(int(n) * {"h": 3600, "m": 60, "s": 1}[unit] for n, unit in _DURATION.findall(refresh_interval))
     return (now - read_at).total_seconds() >= (interval or 60)
+
+
+def writer_secret_manifest(dataset: dict, name: str, role: str, password: str) -> dict:
+    """The Secret of the Dataset's writer role on its Ring (its ingest and split Jobs' login); deleted with the
+    Dataset."""
+    return {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": name, "labels": {LABEL_DATASET: dataset["metadata"]["name"],
+                                              LABEL_COMPONENT: "ring-login", LABEL_MANAGED_BY: MANAGER},
+                     "ownerReferences": [owner_reference(dataset)]},
+        "stringData": {"username": role, "password": password},
+    }

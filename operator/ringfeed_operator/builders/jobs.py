@@ -14,7 +14,7 @@ from ringfeed_operator.builders.meta import (
     scrape_annotations,
 )
 from ringfeed_operator.builders.network import job_policy
-from ringfeed_operator.builders.ring import ring_env, ring_volumes
+from ringfeed_operator.builders.ring import job_login, ring_env, ring_volumes
 from ringfeed_operator.config import JobsConfig, NetworkConfig
 
 SOURCE_MOUNT = "/data"
@@ -71,9 +71,10 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, config: JobsC
     ]
     if ingest.get("fullDecode"):
         arguments.append("--full-decode")
-    tls_volumes, tls_mounts = ring_volumes(spec["storage"], writes=True)
+    tls_volumes, tls_mounts = ring_volumes(spec["storage"], job_login(dataset))
     container = {
-        "name": "ingest", "command": ["ringfeed"], "args": arguments, "env": ring_env(spec["storage"], writes=True),
+        "name": "ingest", "command": ["ringfeed"], "args": arguments,
+        "env": ring_env(spec["storage"], job_login(dataset)),
         "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}, *tls_mounts],
         "ports": [{"name": "metrics", "containerPort": INGEST_METRICS_PORT}],
         "resources": ingest.get("resources") or config.resources.get("ingest", {}),
@@ -89,10 +90,10 @@ def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str
     name = split["metadata"]["name"]
     labels = {LABEL_DATASET: dataset["metadata"]["name"], LABEL_SPLIT: name, LABEL_COMPONENT: "split",
               LABEL_MANAGED_BY: MANAGER}
-    tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"], writes=True)
+    tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"], job_login(dataset))
     container = {"name": "split", "command": ["ringfeed"],
                  "args": ["split", "create", catalog_name, name, *arguments],
-                 "env": ring_env(dataset["spec"]["storage"], writes=True), "volumeMounts": tls_mounts,
+                 "env": ring_env(dataset["spec"]["storage"], job_login(dataset)), "volumeMounts": tls_mounts,
                  "resources": config.resources.get("split", {})}
     return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, config,
                 tls_volumes)

@@ -22,6 +22,7 @@ from ringfeed.ring import (
     ProvisionedRing,
     RingRef,
     RingSecrets,
+    writer_secret,
 )
 from ringfeed_operator.builders.meta import (
     LABEL_COMPONENT,
@@ -56,27 +57,36 @@ SECRET_FINALIZER = "ringfeed.io/ring-datacenter"
 
 # -- a Dataset's ring in its Jobs -------------------------------------------------------------------------------------
 
-def _login(storage: dict, writes: bool) -> CredentialsSecret | None:
-    secrets = RingSecrets.from_spec(storage)
-    return secrets.credentials if writes else secrets.read_only
+def job_login(dataset: dict) -> CredentialsSecret | None:
+    """What a Dataset's ingest and split Jobs log in with: on a Ring, the Dataset's writer role (its keyspace and
+    the catalog only; the superuser stays with the operator); on an external ring, its credentials."""
+    storage = dataset["spec"]["storage"]
+    if "ring" in storage:
+        return writer_secret(dataset["metadata"]["name"])
+    return RingSecrets.from_spec(storage).credentials
 
 
-def ring_env(storage: dict, writes: bool = False) -> list[dict]:
-    """How a data-plane container finds the ring (``RingRef.from_env`` reads it back) and where its login is: the
-    folder ``ring_volumes`` mounts (files, not variables)."""
+def reader_login(storage: dict) -> CredentialsSecret | None:
+    """What a loader (a sidecar) and a cache tier log in with: a Ring's read-only role, or an external ring's
+    credentials."""
+    return RingSecrets.from_spec(storage).read_only
+
+
+def ring_env(storage: dict, login: CredentialsSecret | None) -> list[dict]:
+    """How a data-plane container finds the ring (``RingRef.from_env`` reads it back) and where its `login` is:
+    the folder ``ring_volumes`` mounts (files, not variables)."""
     env: list[dict[str, Any]] = [{"name": name, "value": value}
                                  for name, value in RingRef.from_spec(storage).to_env().items()]
-    if _login(storage, writes):
+    if login:
         env.append({"name": LOGIN_DIR_ENV, "value": JOB_LOGIN_DIR})
     return env
 
 
-def ring_volumes(storage: dict, writes: bool = False) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts) of the ring's login and CA certificate where the container's environment says
-    (JOB_LOGIN_DIR, JOB_TLS_CA_FILE): the credentials that may write when it `writes` (ingest, split), else a
-    reader's (a loader, a cache tier: a Ring's read-only role)."""
+def ring_volumes(storage: dict, login: CredentialsSecret | None) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts) of the `login` and the ring's CA certificate where the container's environment says
+    (JOB_LOGIN_DIR, JOB_TLS_CA_FILE)."""
     volumes, mounts = [], []
-    if login := _login(storage, writes):
+    if login:
         items = [{"key": login.username_key, "path": "username"}, {"key": login.password_key, "path": "password"}]
         volumes.append({"name": LOGIN_VOLUME, "secret": {"secretName": login.name, "items": items}})
         mounts.append({"name": LOGIN_VOLUME, "mountPath": JOB_LOGIN_DIR, "readOnly": True})

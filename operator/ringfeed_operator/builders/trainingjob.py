@@ -18,7 +18,7 @@ from ringfeed_client.protocol import FEED_DIR_ENV, TRAININGJOB_ENV
 from ringfeed_operator.builders.cache import cache_spec, host_dir, part_path
 from ringfeed_operator.builders.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, owner_reference
 from ringfeed_operator.builders.meta import scrape_annotations
-from ringfeed_operator.builders.ring import ring_env, ring_volumes
+from ringfeed_operator.builders.ring import reader_login, ring_env, ring_volumes
 from ringfeed_operator.config import CacheConfig, JobsConfig
 from ringfeed_operator.isolation import SIDECAR_UID
 
@@ -158,7 +158,7 @@ def _inject_sidecar(pod: dict, metadata: dict, spec: dict, dataset: dict, catalo
     for container in pod["containers"]:
         container["env"] = [*rank_env, *(container.get("env") or [])]
         container["volumeMounts"] = [*(container.get("volumeMounts") or []), feed_mount]
-    tls_volumes, tls_mounts = ring_volumes(storage)
+    tls_volumes, tls_mounts = ring_volumes(storage, reader_login(storage))
     positions_mount = {"name": POSITIONS_VOLUME, "mountPath": POSITIONS_DIR, "readOnly": True}
     control_mount = {"name": CONTROL_VOLUME, "mountPath": CONTROL_DIR, "readOnly": True}
     sidecar = _sidecar(spec, catalog, split_version, storage, rank_env,
@@ -200,7 +200,7 @@ def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, rank_e
         "restartPolicy": "Always",  # a native sidecar: started before the trainer, stopped after it
         "command": ["ringfeed"],
         "args": sidecar_arguments(spec, catalog, spec["split"]["name"], split_version),
-        "env": [rank_env[0], *ring_env(storage),
+        "env": [rank_env[0], *ring_env(storage, reader_login(storage)),
                 # names the TrainingJob in the sidecar's metrics (label `trainingjob`)
                 {"name": TRAININGJOB_ENV, "valueFrom": {"fieldRef": {
                     "fieldPath": f"metadata.labels['{LABEL_TRAININGJOB}']"}}}],

@@ -10,12 +10,13 @@ write status from different versions of the spec.
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 from collections.abc import Mapping
 
 import kopf
 
 from ringfeed.errors import DatasetNotFound, RingfeedError, StorageNotSupported
-from ringfeed.ring import CredentialsSecret, RingSecrets, ring_errors
+from ringfeed.ring import CredentialsSecret, RingSecrets, ring_errors, writer_role, writer_secret
 from ringfeed.store import Store
 from ringfeed_operator.builders.cache import (
     CACHE_OBJECTS,
@@ -39,6 +40,7 @@ from ringfeed_operator.builders.dataset import (
     ring_keyspace,
     same_tables,
     stats_status,
+    writer_secret_manifest,
 )
 from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, ingest_policy, job_name
 from ringfeed_operator.context import Context
@@ -120,6 +122,8 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     patch.status["keyspace"] = schema.keyspace
     if reader := RingSecrets.from_spec(spec["storage"]).reader:
         _grant_read(namespace, reader, schema.keyspace, store, memo, patch, conditions, generation)
+    if "ring" in spec["storage"]:
+        _ensure_writer(name, namespace, body, schema.keyspace, store, memo, patch, conditions, generation)
     if spec.get("ingest"):
         _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch, conditions)
     _ensure_cache(name, namespace, status, body, schema.name, memo, patch, namespace in cache_namespaces)
@@ -137,6 +141,22 @@ def _grant_read(namespace: str, reader: CredentialsSecret, keyspace: str, store:
     except SecretNotFound as error:  # the Ring's reconcile makes it: soon
         give_up(patch, conditions, generation, "SecretNotFound", str(error), permanent=False)
     except RingfeedError as error:  # cass-operator creates the role once the ring runs: soon
+        give_up(patch, conditions, generation, "RingUnreachable", str(error), permanent=False)
+
+
+def _ensure_writer(name: str, namespace: str, body: dict, keyspace: str, store: Store, memo: Context,
+                   patch: kopf.Patch, conditions: Conditions, generation: int) -> None:
+    """A Dataset on a Ring: its writer role, which its ingest and split Jobs log in with (its keyspace and the
+    catalog; the superuser stays with the operator), and the Secret holding it."""
+    secret = writer_secret(name)
+    if memo.kube.ensure_secret(namespace, writer_secret_manifest(body, secret.name, writer_role(keyspace),
+                                                                 secrets.token_urlsafe(24))):
+        event(body, "SecretCreated", f"Secret {secret.name}: the writer role of keyspace {keyspace}")
+    role, password = memo.kube.secret_values(namespace, secret.name, secret.username_key, secret.password_key)
+    try:
+        with ring_errors(store.address, f"making the writer role {role}"):
+            store.ensure_writer(role, password, keyspace)
+    except RingfeedError as error:
         give_up(patch, conditions, generation, "RingUnreachable", str(error), permanent=False)
 
 

@@ -32,7 +32,7 @@ from ringfeed_operator.builders.trainingjob import (
 from ringfeed_operator.context import Context
 from ringfeed_operator.feeds import feed_status
 from ringfeed_operator.handlers.common import event, give_up
-from ringfeed_operator.isolation import isolation_breaches, refusal, ring_secret_names, secret_references
+from ringfeed_operator.isolation import dataset_secret_names, isolation_breaches, refusal, secret_references
 from ringfeed_operator.kube import JobRejected
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
 
@@ -118,8 +118,7 @@ def _forbidden_secrets(name: str, namespace: str, dataset: dict, references: Map
     Dataset's ring's, the control token's, any Ring's or TrainingJob's (by their labels), any other Dataset's ring
     login. Reads only what the template names: a template that names no Secret costs no request."""
     dataset_name = dataset["metadata"]["name"]
-    forbidden = {secret: f"the ring login of Dataset {dataset_name}"
-                 for secret in ring_secret_names(dataset["spec"]["storage"])}
+    forbidden = {secret: f"the ring login of Dataset {dataset_name}" for secret in dataset_secret_names(dataset)}
     forbidden[control_secret_name(name)] = "this TrainingJob's control token"
     for secret_name in sorted(set(references) - set(forbidden)):
         labels = (((memo.kube.read_secret(namespace, secret_name) or {}).get("metadata") or {}).get("labels") or {})
@@ -129,7 +128,7 @@ def _forbidden_secrets(name: str, namespace: str, dataset: dict, references: Map
             forbidden[secret_name] = f"the control token of TrainingJob {labels[LABEL_TRAININGJOB]}"
     if unknown := set(references) - set(forbidden):
         for other in memo.kube.list_objects(namespace, "datasets"):
-            for secret_name in ring_secret_names((other.get("spec") or {}).get("storage") or {}) & unknown:
+            for secret_name in dataset_secret_names(other) & unknown:
                 forbidden[secret_name] = f"the ring login of Dataset {other['metadata']['name']}"
     return forbidden
 
