@@ -222,6 +222,13 @@ class CredentialsSecret:
     password_key: str = "password"
 
 
+def _credentials(secret: Mapping | None) -> CredentialsSecret | None:
+    if not secret:
+        return None
+    return CredentialsSecret(secret["name"], secret.get("usernameKey", "username"),
+                             secret.get("passwordKey", "password"))
+
+
 def writer_secret(dataset: str) -> CredentialsSecret:
     """The Secret of a Dataset's writer role on its Ring (made by the operator): its ingest and split Jobs' login."""
     return CredentialsSecret(f"{dataset}-writer")
@@ -236,8 +243,9 @@ class RingSecrets:
     """Where a Dataset keeps what logs in to its ring: Secrets the operator reads, and its Jobs get as
     ``secretKeyRef`` variables and a mounted CA certificate.
 
-    ``credentials`` may write (the operator, ingest and split Jobs); ``reader`` only reads (a loader): the read-only
-    role of a Ring, or the same credentials on an external ring.
+    ``credentials`` may write (the operator; ingest and split Jobs on an external ring); ``reader`` only reads (a
+    loader, a cache tier): the read-only role of a Ring, or an external ring's readCredentialsSecret (without one,
+    the credentials).
     """
 
     credentials: CredentialsSecret | None = None
@@ -246,21 +254,20 @@ class RingSecrets:
 
     @classmethod
     def from_spec(cls, storage: Mapping) -> RingSecrets:
-        """spec.storage.external.credentialsSecret and tls.caSecret, defaults filled in; a Ring's superuser and
-        reader Secrets."""
+        """spec.storage.external.credentialsSecret, readCredentialsSecret and tls.caSecret, defaults filled in; a
+        Ring's superuser and reader Secrets."""
         if "ring" in storage:
             ring = ProvisionedRing(storage["ring"]["name"])
             return cls(credentials=CredentialsSecret(ring.superuser_secret),
                        ca_certificate=SecretKey(ring.ca_secret, "ca.crt"),
                        reader=CredentialsSecret(ring.reader_secret))
         external = _external(storage)
-        credentials = external.get("credentialsSecret")
         tls = external.get("tls") or {}
         return cls(
-            credentials=CredentialsSecret(credentials["name"], credentials.get("usernameKey", "username"),
-                                          credentials.get("passwordKey", "password")) if credentials else None,
+            credentials=_credentials(external.get("credentialsSecret")),
             ca_certificate=(SecretKey(tls["caSecret"]["name"], tls["caSecret"].get("key", "ca.crt"))
                             if tls.get("enabled") else None),
+            reader=_credentials(external.get("readCredentialsSecret")),
         )
 
     @property

@@ -170,7 +170,10 @@ def test_loaders_read_with_the_reader_and_jobs_write_with_their_datasets_writer_
     assert job_login(dataset) == CredentialsSecret("slides-writer")  # never the Ring's superuser
     external = {"metadata": {"name": "slides"}, "spec": {"storage": {"external": {
         "contactPoints": ["db"], "credentialsSecret": {"name": "cass"}}}}}
-    assert job_login(external) == CredentialsSecret("cass")
+    assert job_login(external) == CredentialsSecret("cass") == reader_login(external["spec"]["storage"])
+    external["spec"]["storage"]["external"]["readCredentialsSecret"] = {"name": "cass-ro", "passwordKey": "pw"}
+    assert reader_login(external["spec"]["storage"]) == CredentialsSecret("cass-ro", "username", "pw")
+    assert job_login(external) == CredentialsSecret("cass")  # ingest and split still write
     for login, secret in ((reader_login(storage), "images-reader"), (job_login(dataset), "slides-writer")):
         env = {e["name"]: e.get("value") for e in ring_env(storage, login)}
         assert env["RINGFEED_LOGIN_DIR"] == "/etc/ringfeed/login"

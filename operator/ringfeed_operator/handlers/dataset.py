@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import kopf
 
 from ringfeed.errors import DatasetNotFound, RingfeedError, StorageNotSupported
-from ringfeed.ring import CredentialsSecret, RingSecrets, ring_errors, writer_role, writer_secret
+from ringfeed.ring import CredentialsSecret, ProvisionedRing, ring_errors, writer_role, writer_secret
 from ringfeed.store import Store
 from ringfeed_operator.builders.cache import (
     CACHE_OBJECTS,
@@ -120,9 +120,9 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
             event(body, "TablesAdopted", f"dataset {schema.name!r} is already on the ring: "
                                          f"{existing.samples:,} samples")
     patch.status["keyspace"] = schema.keyspace
-    if reader := RingSecrets.from_spec(spec["storage"]).reader:
-        _grant_read(namespace, reader, schema.keyspace, store, memo, patch, conditions, generation)
-    if "ring" in spec["storage"]:
+    if "ring" in spec["storage"]:  # an external ring's roles are its admin's
+        _grant_read(namespace, CredentialsSecret(ProvisionedRing(spec["storage"]["ring"]["name"]).reader_secret),
+                    schema.keyspace, store, memo, patch, conditions, generation)
         _ensure_writer(name, namespace, body, schema.keyspace, store, memo, patch, conditions, generation)
     if spec.get("ingest"):
         _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch, conditions)
