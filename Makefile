@@ -71,10 +71,10 @@ prometheus: $(PROMTOOL) $(PROMETHEUS_OPERATOR_CRDS) ## Prometheus + promtool (De
 alluxio: deps ## The cache tier's runtime: Ringfeed's Alluxio extension (+ its unit tests), Alluxio 2.9.6's jars, libfuse3
 	@scripts/build-alluxio.sh $(CURDIR)/.cache/alluxio
 
-k8s-binaries: ## Build etcd, Kubernetes v1.33 (kubectl, kube-proxy), CoreDNS, helm and kwok from the Go module proxy
+k8s-binaries: ## Build etcd, Kubernetes v1.33 (kubectl, kube-proxy), CoreDNS, helm, kwok and kube-router from the Go module proxy
 	@e2e/cluster/build-binaries.sh
 
-node-packages: ## Debian packages of the local node and image builds: containerd, runc, CNI plugins, nftables, buildah
+node-packages: ## Debian packages of the local node and image builds: containerd, runc, CNI plugins, nftables, buildah; ipset into .cache
 	@e2e/cluster/install-packages.sh
 
 wheels: deps ## Wheelhouse of ringfeed + ringfeed-operator + dependencies: the images' build context (.cache/images/wheels)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The local single-node Kubernetes cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# containerd, kube-proxy and CoreDNS, all started and stopped by PID inside a private network namespace ($NETNS)
-# with a real Pod network: bridge cni0 (10.244.0.1/24 = node IP = Pods' gateway) + host-local IPAM, Services through
-# kube-proxy (nftables mode, rules of the namespace only), cluster DNS for *.cluster.local. Nothing is added to the
-# host's network namespace; deleting $NETNS deletes every link, route and rule the cluster made.
+# containerd, kube-proxy, CoreDNS and kube-router, all started and stopped by PID inside a private network namespace
+# ($NETNS) with a real Pod network: bridge cni0 (10.244.0.1/24 = node IP = Pods' gateway) + host-local IPAM, Services
+# through kube-proxy (nftables mode, rules of the namespace only), cluster DNS for *.cluster.local, NetworkPolicy
+# enforced by kube-router's firewall (iptables-nft rules and ipsets of the namespace only). Nothing is added to the
+# host's network namespace; deleting $NETNS deletes every link, route, rule and set the cluster made.
 #
 #   cluster.sh up        start a fresh cluster (new etcd, PKI kept) and wait until the node is Ready
 #   cluster.sh down      stop everything by PID, unmount, remove cgroups, delete the network namespace (images kept)
@@ -16,13 +17,17 @@
 #                        when it made it and no cluster is left running): how `make test-e2e` runs pytest
 #
 # State lives in $RINGFEED_CLUSTER_DIR (default .state/cluster): pki/, kubeconfig, logs/, run/*.pid, containerd/.
-# Binaries come from `make k8s-binaries` ($RINGFEED_CACHE/k8s/bin), containerd/runc/CNI from Debian
-# (install-packages.sh). Sandbox-specific settings live in etc/containerd.toml and etc/kubelet-config.yaml (SANDBOX).
+# Binaries come from `make k8s-binaries` ($RINGFEED_CACHE/k8s/bin), containerd/runc/CNI/iptables from Debian and
+# ipset unpacked from Debian into $RINGFEED_CACHE/ipset (install-packages.sh). Sandbox-specific settings live in
+# etc/containerd.toml and etc/kubelet-config.yaml (SANDBOX).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 state=${RINGFEED_CLUSTER_DIR:-$(cd "$here/../.." && pwd)/.state/cluster}
 bin=${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s/bin
+# shellcheck source=versions.env
+source "$here/versions.env"
+ipset_root=$RINGFEED_CACHE/ipset/$IPSET_VERSION
 node=$(hostname)
 apiserver=https://127.0.0.1:26443
 export KUBECONFIG=$state/kubeconfig
@@ -52,6 +57,15 @@ netns_up() { # the namespace, its loopback and the bridge with the node IP; forw
     # bridged between two Pods passes kube-proxy's rules.
     "${inn[@]}" sysctl -qw net.ipv4.ip_forward=1
     "${inn[@]}" sysctl -qw net.bridge.bridge-nf-call-iptables=1
+    # Pods get IPv6 link-local addresses (fe80::) from the kernel, but the NetworkPolicy engine filters IPv4 only (the
+    # Pods have no other IPv6 address): a server listening on :: would otherwise be reachable from every Pod on its
+    # link-local address whatever the policies say. IPv6 frames are dropped on the bridge, between Pods and to the node.
+    "${inn[@]}" nft -f - <<'EOF'
+table bridge ringfeed-ipv4-only {
+    chain forward { type filter hook forward priority 0; ether type ip6 drop; }
+    chain input { type filter hook input priority 0; ether type ip6 drop; }
+}
+EOF
 }
 
 netns_down() { ip netns del "$NETNS" 2>/dev/null || true; }
@@ -73,7 +87,8 @@ start() { # name, command… — runs in the background, PID into run/<name>.pid
 }
 
 preflight() {
-    [[ -x $bin/kube-apiserver && -x $bin/kube-proxy && -x $bin/coredns ]] || { echo "error: no cluster binaries in $bin; run: make k8s-binaries" >&2; exit 1; }
+    [[ -x $bin/kube-apiserver && -x $bin/kube-proxy && -x $bin/coredns && -x $bin/kube-router ]] || { echo "error: no cluster binaries in $bin; run: make k8s-binaries" >&2; exit 1; }
+    [[ -x $ipset_root/usr/sbin/ipset ]] || { echo "error: no ipset in $ipset_root; run: make node-packages" >&2; exit 1; }
     in_netns || { echo "error: not inside network namespace $NETNS (use: cluster.sh up)" >&2; exit 1; }
     command -v containerd >/dev/null || { echo "error: containerd missing; run: e2e/cluster/install-packages.sh" >&2; exit 1; }
     [[ $(id -u) -eq 0 ]] || { echo "error: the node needs root (containerd, runc, mounts)" >&2; exit 1; }
@@ -90,8 +105,8 @@ preflight() {
 }
 
 make_pki() { # once per state folder: CA, apiserver and kubelet-client certificates, service-account key, tokens
-    # (a state folder made before kube-proxy and CoreDNS joined gets new certificates and tokens)
-    [[ -f $state/pki/.complete && -f $state/coredns.kubeconfig ]] && return 0
+    # (a state folder made before kube-proxy, CoreDNS and kube-router joined gets new certificates and tokens)
+    [[ -f $state/pki/.complete && -f $state/kube-router.kubeconfig ]] && return 0
     local p=$state/pki
     rm -rf "$p" && mkdir -p "$p" && chmod 700 "$p"
     openssl genrsa -out "$p/ca.key" 2048 2>/dev/null
@@ -110,9 +125,10 @@ make_pki() { # once per state folder: CA, apiserver and kubelet-client certifica
     openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
     openssl rsa -in "$p/sa.key" -pubout -out "$p/sa.pub" 2>/dev/null
     token() { openssl rand -hex 16; }
-    local admin kcm sched kubelet proxy dns
-    admin=$(token) kcm=$(token) sched=$(token) kubelet=$(token) proxy=$(token) dns=$(token)
-    # kube-proxy is bound to system:node-proxier by the default RBAC; CoreDNS gets etc/cluster-dns.yaml's role.
+    local admin kcm sched kubelet proxy dns netpol
+    admin=$(token) kcm=$(token) sched=$(token) kubelet=$(token) proxy=$(token) dns=$(token) netpol=$(token)
+    # kube-proxy is bound to system:node-proxier by the default RBAC; CoreDNS gets etc/cluster-dns.yaml's role,
+    # kube-router etc/network-policy.yaml's.
     cat >"$p/tokens.csv" <<EOF
 $admin,admin,admin,"system:masters"
 $kcm,system:kube-controller-manager,kcm
@@ -120,6 +136,7 @@ $sched,system:kube-scheduler,sched
 $kubelet,system:node:$node,system:node:$node,"system:nodes"
 $proxy,system:kube-proxy,kube-proxy
 $dns,system:coredns,coredns
+$netpol,system:kube-router,kube-router
 EOF
     kubeconfig() { # file, user, token
         local f=$state/$1
@@ -137,6 +154,7 @@ EOF
     kubeconfig kubelet.kubeconfig "system:node:$node" "$kubelet"
     kubeconfig kube-proxy.kubeconfig system:kube-proxy "$proxy"
     kubeconfig coredns.kubeconfig system:coredns "$dns"
+    kubeconfig kube-router.kubeconfig system:kube-router "$netpol"
     touch "$p/.complete"
 }
 
@@ -148,6 +166,16 @@ render_config() {
     done
     sed -e "s#@STATE@#$state#g" -e "s#@NODE_IP@#$node_ip#g" "$here/etc/Corefile" >"$state/etc/Corefile"
     for f in bridge host-local loopback; do ln -sfn "/usr/lib/cni/$f" "$state/cni-bin/$f"; done
+    # kube-router's tools, first on its PATH: the nftables-based iptables (its rules then sit beside kube-proxy's
+    # nftables tables, all in `nft list ruleset`) and Debian's ipset from the cache.
+    local tools=$state/netpol-bin
+    mkdir -p "$tools"
+    for f in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+        ln -sfn "/usr/sbin/${f/tables/tables-nft}" "$tools/$f"
+    done
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$(echo "$ipset_root"/usr/lib/*-linux-gnu)" \
+        "$ipset_root/usr/sbin/ipset" >"$tools/ipset"
+    chmod +x "$tools/ipset"
 }
 
 up() {
@@ -228,11 +256,24 @@ up() {
         --proxy-mode=nftables --cluster-cidr=10.244.0.0/16 --bind-address="$node_ip" \
         --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 \
         --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 --v=1
-    kubectl_ apply -f "$here/etc/cluster-dns.yaml" >/dev/null
+    kubectl_ apply -f "$here/etc/cluster-dns.yaml" -f "$here/etc/network-policy.yaml" >/dev/null
     start coredns "$bin/coredns" -conf "$state/etc/Corefile"
     wait_for coredns 300 curl -sf http://127.0.0.1:8181/ready || { tail -20 "$state/logs/coredns.log"; exit 1; }
     wait_for kube-proxy 300 curl -sf http://127.0.0.1:10256/healthz || { tail -20 "$state/logs/kube-proxy.log"; exit 1; }
     echo "kube-proxy + DNS  $(ms_since "$t") ms"
+
+    t=$(date +%s%N)
+    # NetworkPolicy: kube-router's firewall alone (no routing, no service proxy), before any Pod exists. Its health
+    # server listens on :20244 of the namespace (no flag binds it to one address).
+    PATH=$state/netpol-bin:$PATH start kube-router "$bin/kube-router" --kubeconfig="$state/kube-router.kubeconfig" \
+        --run-firewall=true --run-router=false --run-service-proxy=false --hostname-override="$node" \
+        --service-cluster-ip-range="$service_cidr" --health-port=20244 --v=1
+    # Ready once its first full sync is in: the final ACCEPT of what the policies let through ends its FORWARD chain.
+    netpol_ready() {
+        curl -sf http://127.0.0.1:20244/healthz && iptables-nft -S KUBE-ROUTER-FORWARD | grep -q 'explicitly ACCEPT'
+    }
+    wait_for kube-router 300 netpol_ready || { tail -20 "$state/logs/kube-router.log"; exit 1; }
+    echo "NetworkPolicy     $(ms_since "$t") ms"
     echo "cluster up in $(ms_since "$t0") ms; export KUBECONFIG=$state/kubeconfig"
 }
 
@@ -278,6 +319,7 @@ down() {
     fi
     stop kubelet
     stop kube-proxy  # its nftables rules live in the namespace and go with it
+    stop kube-router  # so do its iptables rules and ipsets (its --cleanup-config crashes in v2.1.0; not needed)
     if alive containerd; then
         local id
         for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -s KILL "$id" >/dev/null 2>&1 || true; done
@@ -312,7 +354,7 @@ down() {
 
 status() {
     local name
-    for name in containerd etcd apiserver controller-manager scheduler kubelet kube-proxy coredns; do
+    for name in containerd etcd apiserver controller-manager scheduler kubelet kube-proxy coredns kube-router; do
         if alive "$name"; then printf '%-20s running (pid %s)\n' "$name" "$(cat "$state/run/$name.pid")"
         else printf '%-20s stopped\n' "$name"; fi
     done
@@ -355,5 +397,5 @@ case "${1:-}" in
     import-if-running) if alive containerd; then import_images; fi ;;
     exec) shift; exec_in "$@" ;;
     run) shift; run_in "$@" ;;
-    *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,13 +1,15 @@
 """The local cluster adds nothing to the host's network namespace, while it runs and after it is gone.
 
 Runs on the host (not inside the cluster's network): snapshots the host's links, addresses, routes, rules, nftables
-and iptables rulesets and forwarding sysctls, starts the local cluster with a Pod behind a Service (so the bridge,
-veths, IPAM and kube-proxy's rules all exist), snapshots again, stops it, and snapshots a third time.
+and iptables rulesets, ipsets and forwarding sysctls, starts the local cluster with a Pod behind a Service and a
+NetworkPolicy (so the bridge, veths, IPAM, kube-proxy's rules and kube-router's rules and ipsets all exist), snapshots
+again, stops it, and snapshots a third time.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,6 +18,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "e2e" / "cluster" / "cluster.sh"
 NETNS = os.environ.get("RINGFEED_NETNS", "ringfeed-cluster")
+STATE = Path(os.environ.get("RINGFEED_CLUSTER_DIR", REPO / ".state" / "cluster"))
+# Debian's ipset as install-packages.sh unpacks it into the cache (the host has none installed).
+IPSET_ROOT = Path(os.environ.get("RINGFEED_CACHE", REPO / ".cache")) / "ipset" / re.search(
+    r"^IPSET_VERSION=(\S+)", (REPO / "e2e" / "cluster" / "versions.env").read_text(), re.MULTILINE)[1]
 
 # What could change if anything leaked: (section, command). Counters and link addresses are left out.
 SNAPSHOT = (
@@ -27,6 +33,7 @@ SNAPSHOT = (
     ("nftables", "nft list ruleset"),
     ("iptables", "for tool in iptables-legacy-save ip6tables-legacy-save iptables-nft-save ip6tables-nft-save; do "
                  "echo \"$tool\"; $tool | sed '/^#/d'; done"),
+    ("ipsets", f"LD_LIBRARY_PATH=$(echo {IPSET_ROOT}/usr/lib/*-linux-gnu) {IPSET_ROOT}/usr/sbin/ipset list"),
     ("sysctls", "sysctl net.ipv4.ip_forward net.ipv6.conf.all.forwarding net.ipv4.conf.all.forwarding "
                 "net.bridge.bridge-nf-call-iptables"),
     ("network namespaces", "ip netns list"),
@@ -51,6 +58,14 @@ metadata: {name: web, namespace: default}
 spec:
   selector: {app: web}
   ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Ingress]
+  ingress: [{from: [{podSelector: {matchLabels: {role: client}}}], ports: [{port: 8080}]}]
 """
 
 
@@ -83,9 +98,11 @@ def test_the_host_network_is_unchanged_by_a_running_and_a_stopped_cluster():
         cluster("up")
         cluster("exec", "kubectl", "apply", "-f", "-", stdin=POD_AND_SERVICE)
         cluster("exec", "kubectl", "wait", "--for=condition=Ready", "pod/web", "--timeout=120s", timeout=150)
-        inside = cluster("exec", "sh", "-c", "ip -o link show; ip route; nft list ruleset")
-        # The Pod network and kube-proxy's rules exist, in the cluster's namespace only.
+        inside = cluster("exec", "sh", "-c",
+                         f"ip -o link show; ip route; nft list ruleset; {STATE}/netpol-bin/ipset list")
+        # The Pod network, kube-proxy's rules and kube-router's rules and sets exist, in the cluster's namespace only.
         assert "cni0" in inside and "veth" in inside and "table ip kube-proxy" in inside
+        assert "KUBE-ROUTER-FORWARD" in inside and "Type: hash:ip" in inside
         # No route leads out of it: no traffic can leave the namespace.
         routes = cluster("exec", "ip", "route", "show", "table", "all").splitlines()
         assert routes and not [route for route in routes if route.startswith("default")]
