@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from probes import check_isolated
 from ringfeed.splits import load_split
 from test_trainingjob import trained_by_rank, wait_phase
 
@@ -104,6 +105,19 @@ def test_the_split_is_a_directory_tree_on_the_node_identical_to_the_ring(cluster
     by_role = {p.metadata.labels["app.kubernetes.io/component"]: p for p in pods}
     assert set(by_role) >= {"cache-master", "cache-worker", "cache-fuse"}
     assert not any(e.name.startswith("RINGFEED_") for e in by_role["cache-fuse"].spec.containers[0].env or ())
+
+
+def test_the_tiers_ports_refuse_every_pod_but_its_own(cluster: Cluster, ns: str, split: dict):
+    """The tier's NetworkPolicy under the cluster's engine: the master's and workers' Alluxio ports refuse an
+    unlabelled Pod here and a Pod of another namespace (the tier's own Pods reaching each other: the tree above)."""
+    wait_cache_ready(cluster, ns)
+    pods = {pod.metadata.labels["app.kubernetes.io/component"]: pod.status.pod_ip
+            for pod in cluster.core.list_namespaced_pod(ns, label_selector=f"ringfeed.io/dataset={DATASET}").items
+            if pod.metadata.labels.get("app.kubernetes.io/component") in ("cache-master", "cache-worker")}
+    check_isolated(cluster, ns, {"master-rpc": f"{pods['cache-master']}:19998",
+                                 "master-web": f"{pods['cache-master']}:19999",
+                                 "worker-rpc": f"{pods['cache-worker']}:29999",
+                                 "worker-web": f"{pods['cache-worker']}:30000"})
 
 
 def test_a_split_made_after_the_tree_was_listed_shows_on_the_node(cluster: Cluster, ns: str, split: dict, store):

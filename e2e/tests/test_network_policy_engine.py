@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 import uuid
 from dataclasses import dataclass
 
 import pytest
 from kubernetes import client
+
+from probes import BLOCKED, CONNECT_TIMEOUT_S, OPEN, PROBE, SLEEP, connect, verdict
 
 from conftest import ARTIFACTS
 from kubecluster import Cluster
@@ -31,8 +32,6 @@ pytestmark = pytest.mark.skipif(os.environ.get("RINGFEED_TEST_CLUSTER") == "kube
 
 NODE_IP = "10.244.0.1"  # the local cluster's node IP: the tests, Prometheus and the external ring run there
 APISERVER_PORT = 26443  # where Service kubernetes leads (10.0.0.1:443 → 10.244.0.1:26443)
-CONNECT_TIMEOUT_S = 1.0
-OPEN, BLOCKED = "open", "blocked"
 NAMESPACE_NAME = "kubernetes.io/metadata.name"  # the label every namespace carries
 
 # Listens on [::]:PORT (IPv6 and IPv4) for each port given, accepts and closes.
@@ -44,19 +43,6 @@ SERVER = ("import socket, sys, threading\n"
           "    s.bind(('::', port)); s.listen(64)\n"
           "    while True: s.accept()[0].close()\n"
           "for port in sys.argv[1:]: threading.Thread(target=serve, args=(int(port),)).start()\n")
-# Tries each HOST:PORT argument once; prints {target: open | refused | timeout | error N} as JSON.
-PROBE = ("import json, socket, sys\n"
-         "verdicts = {}\n"
-         "for target in sys.argv[2:]:\n"
-         "    host, port = target.rsplit(':', 1)\n"
-         "    try:\n"
-         "        socket.create_connection((host, int(port)), timeout=float(sys.argv[1])).close()\n"
-         "        verdicts[target] = 'open'\n"
-         "    except TimeoutError: verdicts[target] = 'timeout'\n"
-         "    except ConnectionRefusedError: verdicts[target] = 'refused'\n"
-         "    except OSError as e: verdicts[target] = f'error {e.errno}'\n"
-         "print(json.dumps(verdicts))\n")
-SLEEP = "import time; time.sleep(86400)"
 
 
 @dataclass(frozen=True)
@@ -171,23 +157,6 @@ class Network:
                 verdicts = json.loads(self.exec(source, PROBE, str(CONNECT_TIMEOUT_S), *targets))
             results.update({row: verdicts[target] for row, target in zip(mine, targets, strict=True)})
         return results
-
-
-def connect(target: str) -> str:
-    host, port = target.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
-        return "open"
-    except TimeoutError:
-        return "timeout"
-    except ConnectionRefusedError:
-        return "refused"
-    except OSError as error:
-        return f"error {error.errno}"
-
-
-def verdict(attempt: str) -> str:
-    return OPEN if attempt == "open" else BLOCKED if attempt in ("refused", "timeout") else attempt
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from probes import check_isolated
 from ringfeed.local import LocalRing
 from ringfeed.splits import SplitSpec, load_split
 from ringfeed.splits.engine import compute_split
@@ -171,6 +172,8 @@ def test_install_brings_the_operator_up(cluster: Cluster, release):
     metrics = urllib.request.urlopen(f"http://{service.spec.cluster_ip}:9090/metrics", timeout=5).read().decode()
     assert "ringfeed_operator_reconciles_total" in metrics
     assert lint(metrics) == ""  # Prometheus' own linter
+    # The chart's NetworkPolicy: the metrics only for the monitoring namespace (this process is the node: let in).
+    check_isolated(cluster, SYSTEM, {"metrics": f"{pod.status.pod_ip}:9090"})
 
 
 # -- Dataset and Split -------------------------------------------------------------------------------------------

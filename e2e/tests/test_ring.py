@@ -36,6 +36,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from kubernetes import client
 
+from probes import check_isolated
 from ringfeed.connection import ClusterAddress
 from ringfeed.loader import Loader
 from ringfeed.metrics import serve_loader_metrics
@@ -493,6 +494,20 @@ def test_a_trainingjob_trains_on_the_ring_through_its_sidecar_over_tls(cluster: 
         assert not any(m.mount_path.startswith("/etc/ringfeed") for m in trainer.volume_mounts or ())
     finally:  # the Split's deletion guard holds while the TrainingJob exists
         cluster.kubectl("delete", "trainingjob", "on-the-ring", "-n", ns, "--wait=true", check=False)
+
+
+def test_only_ringfeeds_pods_reach_the_rings_cql_and_only_its_peers_its_other_ports(cluster: Cluster, ns: str,
+                                                                                     ring: dict):
+    """The Ring's NetworkPolicy under the cluster's engine: CQL admits the Pods labelled as Ringfeed's of this
+    namespace; internode, the Management API and the agent's metrics admit neither them, an unlabelled Pod here nor
+    a Pod of another namespace (cass-operator reaching the Management API, the nodes each other: the rest of this
+    module)."""
+    policy = cluster.kubectl("get", "networkpolicy", f"{RING}-nodes", "-n", ns, "-o", "json").stdout
+    assert json.loads(policy)["metadata"]["ownerReferences"][0]["kind"] == "Ring"
+    ip = node_ips(cluster, ns)[0]
+    check_isolated(cluster, ns, {"cql": f"{ip}:9042", "internode": f"{ip}:7000", "management-api": f"{ip}:8080",
+                                 "metrics": f"{ip}:9000"},
+                   insiders={"ringfeed": ({"app.kubernetes.io/managed-by": "ringfeed-operator"}, ("cql",))})
 
 
 def test_a_cache_tier_on_the_ring_reads_over_tls(cluster: Cluster, ns: str, ring: dict):

@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from probes import attempts_from, check_isolated
 from ringfeed.splits import load_split
 
 from conftest import CUDA_CLAIM
@@ -297,7 +298,13 @@ def test_suspend_stops_the_ranks_and_resume_continues_from_their_positions(clust
     cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pausable",
                                                   {"spec": {"suspend": False}})
     wait_served(cluster, ns, "pausable", 0, batches=3)
-    # Anyone on the Pod network may read a sidecar's report; only the operator, with the job's token, may pause it.
+    # The job's NetworkPolicy: its sidecars' HTTP and its rendezvous refuse other Pods; its ranks reach each other.
+    ranks = rank_pods(cluster, ns, "pausable")
+    targets = {"sidecar": f"{ranks[0].status.pod_ip}:8477", "rendezvous": f"{ranks[0].status.pod_ip}:29500"}
+    check_isolated(cluster, ns, targets)
+    assert attempts_from(cluster, ns, ranks[1].metadata.name, [targets["rendezvous"]], container=TRAINER) == {
+        targets["rendezvous"]: "open"}
+    # The node (the operator's place here) may read a sidecar's report; only the job's token may pause it.
     pod = rank_pods(cluster, ns, "pausable")[0]
     for headers in ({}, {"Authorization": "Bearer guessed"}, {"Authorization": "Basic b3BlcmF0b3I6"}):
         assert control(pod, "/pause", headers) == 401
