@@ -181,7 +181,7 @@ def test_minimal_objects_get_every_default(crds: Api, namespace: str):
                                    "spec": {}})
     assert ring["spec"] == {"nodes": 1, "minNodes": 1, "maxNodes": 3, "serverVersion": "5.0.9",
                             "allowMultipleNodesPerWorker": False, "heapSize": "1Gi", "storage": {"size": "10Gi"},
-                            "cooldownSeconds": 60}
+                            "cooldownSeconds": 60, "deletionPolicy": "Retain"}
 
     job = crds.create(namespace, {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": "minimal"},

@@ -204,8 +204,11 @@ def test_dataset_ingests_and_becomes_ready(cluster: Cluster, ns: str, ring, stor
     assert {"TablesCreated", "IngestStarted", "IngestSucceeded"} <= set(reasons)
     jobs = cluster.batch.list_namespaced_job(ns, label_selector="ringfeed.io/dataset=slides").items
     assert len(jobs) == 1
-    env = {e.name: e for e in jobs[0].spec.template.spec.containers[0].env}
-    assert env["RINGFEED_USERNAME"].value_from.secret_key_ref.name == "ring-credentials"
+    pod = jobs[0].spec.template.spec
+    env = {e.name: e for e in pod.containers[0].env}
+    assert env["RINGFEED_LOGIN_DIR"].value == "/etc/ringfeed/login"  # the login as files, never variables
+    assert not any(e.value_from for e in pod.containers[0].env)
+    assert next(v for v in pod.volumes if v.name == "ring-login").secret.secret_name == "ring-credentials"
     assert env["RINGFEED_TLS_CA_FILE"].value == "/etc/ringfeed/tls/ca.crt"
     assert env["RINGFEED_LOCAL_DC"].value == "datacenter1"
     table = cluster.kubectl("get", "datasets", "-n", ns).stdout
