@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ringfeed.ring import RingRef
 
+# Seconds a new connection keeps trying while the ring refuses it (set in the operator's Pods; 0 by hand).
+CONNECT_RETRY_ENV = "RINGFEED_CONNECT_RETRY_S"
+
 
 @dataclasses.dataclass(frozen=True)
 class ClusterAddress:

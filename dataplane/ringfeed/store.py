@@ -11,13 +11,15 @@ import dataclasses
 import datetime as dt
 import functools
 import json
+import os
 import ssl
+import time
 import uuid
 from collections.abc import Callable
 
 import numpy as np
 
-from ringfeed.connection import ClusterAddress
+from ringfeed.connection import CONNECT_RETRY_ENV, ClusterAddress
 from ringfeed.errors import (
     DatasetNotFound,
     RingfeedError,
@@ -108,21 +110,28 @@ class Store:
                 tls = ssl.create_default_context(cafile=self.address.tls_ca_file)
             except (OSError, ssl.SSLError) as exc:
                 raise RingfeedError(f"TLS: cannot read the CA certificate {self.address.tls_ca_file}: {exc}") from None
-        self._cluster = Cluster(
-            list(self.address.hosts), port=self.address.port, auth_provider=auth, protocol_version=5, ssl_context=tls,
-            ssl_options=tls_options,
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
-            # A restarted node should be back in use within a second, not after exponential back-off.
-            reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),
-        )
-        try:
-            self.session = self._cluster.connect()
-        except ring_failures() as exc:
-            # A local datacenter without nodes leaves no host to connect to: say so rather than "unreachable".
-            problem = self._unknown_datacenter()
-            self._cluster.shutdown()
-            raise (RingUnavailable(problem) if problem else ring_error(exc, where=self.address.where)
-                   ) from None
+        # A Pod's first connection may come before the cluster's NetworkPolicy engine admits the new Pod (refused for
+        # tens of milliseconds to seconds): the operator's Pods retry for RINGFEED_CONNECT_RETRY_S; by hand, none.
+        retry_until = time.monotonic() + float(os.environ.get(CONNECT_RETRY_ENV) or 0)
+        while True:
+            self._cluster = Cluster(
+                list(self.address.hosts), port=self.address.port, auth_provider=auth, protocol_version=5,
+                ssl_context=tls, ssl_options=tls_options,
+                execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=connect_timeout_s,
+                # A restarted node should be back in use within a second, not after exponential back-off.
+                reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),
+            )
+            try:
+                self.session = self._cluster.connect()
+                break
+            except ring_failures() as exc:
+                # A local datacenter without nodes leaves no host to connect to: say so rather than "unreachable".
+                problem = self._unknown_datacenter()
+                self._cluster.shutdown()
+                if problem or time.monotonic() >= retry_until:
+                    raise (RingUnavailable(problem) if problem else ring_error(exc, where=self.address.where)
+                           ) from None
+                time.sleep(1)
         if problem := self._unknown_datacenter():
             self._cluster.shutdown()
             raise RingUnavailable(problem)

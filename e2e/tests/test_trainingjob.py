@@ -298,12 +298,12 @@ def test_suspend_stops_the_ranks_and_resume_continues_from_their_positions(clust
     cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pausable",
                                                   {"spec": {"suspend": False}})
     wait_served(cluster, ns, "pausable", 0, batches=3)
-    # The job's NetworkPolicy: its sidecars' HTTP and its rendezvous refuse other Pods; its ranks reach each other.
+    # The job's NetworkPolicy: its Pods refuse other Pods (here on the sidecar's port, which listens all along; the
+    # rendezvous listens only while torch sets the group up); the job's own ranks reach every port of each other.
     ranks = rank_pods(cluster, ns, "pausable")
-    targets = {"sidecar": f"{ranks[0].status.pod_ip}:8477", "rendezvous": f"{ranks[0].status.pod_ip}:29500"}
-    check_isolated(cluster, ns, targets)
-    assert attempts_from(cluster, ns, ranks[1].metadata.name, [targets["rendezvous"]], container=TRAINER) == {
-        targets["rendezvous"]: "open"}
+    sidecar = f"{ranks[0].status.pod_ip}:8477"
+    check_isolated(cluster, ns, {"sidecar": sidecar})
+    assert attempts_from(cluster, ns, ranks[1].metadata.name, [sidecar], container=TRAINER) == {sidecar: "open"}
     # The node (the operator's place here) may read a sidecar's report; only the job's token may pause it.
     pod = rank_pods(cluster, ns, "pausable")[0]
     for headers in ({}, {"Authorization": "Bearer guessed"}, {"Authorization": "Basic b3BlcmF0b3I6"}):

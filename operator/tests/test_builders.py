@@ -209,7 +209,8 @@ def test_split_job_is_owned_by_the_split_and_reads_the_dataset_ring():
     assert job["metadata"]["labels"]["ringfeed.io/dataset"] == "tumour-slides"
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["split", "create", "tumour_slides", "by-patient", "--ratios=7,2,1"]
-    assert {e["name"] for e in container["env"]} == {"RINGFEED_HOSTS", "RINGFEED_PORT", "RINGFEED_LOGIN_DIR"}
+    assert {e["name"] for e in container["env"]} == {"RINGFEED_HOSTS", "RINGFEED_PORT", "RINGFEED_LOGIN_DIR",
+                                                     "RINGFEED_CONNECT_RETRY_S"}
     assert container["resources"]["requests"]["memory"] == SETTINGS.resources["split"]["requests"]["memory"]
 
 

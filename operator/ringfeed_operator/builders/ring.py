@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from ringfeed.connection import CONNECT_RETRY_ENV
 from ringfeed.ring import (
     JOB_LOGIN_DIR,
     JOB_TLS_CA_FILE,
@@ -32,6 +33,7 @@ from ringfeed_operator.builders.meta import (
 )
 
 CA_VOLUME, LOGIN_VOLUME = "ring-ca", "ring-login"
+CONNECT_RETRY_S = 30
 
 DC_GROUP, DC_VERSION, DC_PLURAL = "cassandra.datastax.com", "v1beta1", "cassandradatacenters"
 TASK_GROUP, TASK_VERSION, TASK_PLURAL = "control.k8ssandra.io", "v1alpha1", "cassandratasks"
@@ -79,6 +81,8 @@ def ring_env(storage: dict, login: CredentialsSecret | None) -> list[dict]:
                                  for name, value in RingRef.from_spec(storage).to_env().items()]
     if login:
         env.append({"name": LOGIN_DIR_ENV, "value": JOB_LOGIN_DIR})
+    # A new Pod may be refused until the NetworkPolicy engine admits it: its first connection keeps trying.
+    env.append({"name": CONNECT_RETRY_ENV, "value": str(CONNECT_RETRY_S)})
     return env
 
 
