@@ -313,8 +313,12 @@ class Store:
         """A login that may write `keyspace` and the catalog's tables, and nothing else: a Dataset's ingest and split
         Jobs (Cassandra grants by table, so the catalog's rows of other datasets stay writable to it, never their
         samples, another keyspace, a role or the schema)."""
-        self.session.execute(f'CREATE ROLE IF NOT EXISTS "{role}" WITH PASSWORD = %s AND LOGIN = true', (password,))
-        self.session.execute(f'ALTER ROLE "{role}" WITH PASSWORD = %s', (password,))  # the Secret's, made again
+        # Cassandra refuses a second password change within 5 s: the role is altered only when it exists already
+        # (its Secret made again), never right after its creation.
+        if self.session.execute("SELECT role FROM system_auth.roles WHERE role = %s", (role,)).one() is None:
+            self.session.execute(f'CREATE ROLE "{role}" WITH PASSWORD = %s AND LOGIN = true', (password,))
+        else:
+            self.session.execute(f'ALTER ROLE "{role}" WITH PASSWORD = %s', (password,))
         for permission in ("SELECT", "MODIFY"):
             self.session.execute(f'GRANT {permission} ON KEYSPACE {keyspace} TO "{role}"')
         self.session.execute(f'GRANT SELECT ON KEYSPACE {CATALOG_KEYSPACE} TO "{role}"')
