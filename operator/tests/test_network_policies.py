@@ -51,7 +51,9 @@ def test_a_rings_cql_admits_ringfeeds_pods_the_operator_and_named_clients_only()
     assert ports[7000] == ports[7001] == [{"podSelector": NODES}]  # internode: the ring's own nodes
     assert ports[8080] == [{"namespaceSelector": namespace("cass-system"),
                             "podSelector": {"matchLabels": {"app": "cass-operator"}}}]
-    assert ports[9000] == [{"namespaceSelector": namespace("monitoring")}]
+    assert ports[9000] == [{"namespaceSelector": namespace("ringfeed-system"),  # the autoscaler reads the load
+                            "podSelector": {"matchLabels": {"app.kubernetes.io/component": "operator"}}},
+                           {"namespaceSelector": namespace("monitoring")}]
     assert set(ports) == {9042, 7000, 7001, 8080, 9000}  # nothing else, no rule for every port
 
 

@@ -4,7 +4,7 @@ labels (docs/security.md draws them). Ingress only: a trainer may still reach wh
 - A Ring's nodes: CQL from Ringfeed's Pods of its namespace (ingest and split Jobs, TrainingJob Pods, cache tiers:
   the only namespace whose Datasets may use it) and from the operator; internode traffic from the ring's own nodes;
   the Management API from cass-operator alone (which also holds its only client certificate); the agent's metrics
-  from the monitoring namespace.
+  from the operator (the autoscaler reads them) and the monitoring namespace.
 - A TrainingJob's Pods: every port among the job's own ranks (torch's rendezvous, then the collectives' ports);
   the sidecar's HTTP from the operator (status, pause) and the monitoring namespace.
 - A cache tier's Pods: Alluxio's ports among the tier's own Pods; its web ports (metrics) from the monitoring
@@ -59,6 +59,7 @@ def ring_policy(ring: dict, pods: dict, labels: dict[str, str], metrics_port: in
         {"from": [{"podSelector": pods}], "ports": _tcp(*INTERNODE_PORTS)},
         {"from": [_namespace_peer(network.cass_operator_namespace, network.cass_operator_pods)],
          "ports": _tcp(MANAGEMENT_API_PORT)},
+        {"from": [operator], "ports": _tcp(metrics_port)},  # the autoscaler's reading of the nodes' load
         *_monitoring(network, metrics_port),
     ]
     return _policy(ring, f"{ring['metadata']['name']}-nodes", pods, rules, labels)
