@@ -206,7 +206,7 @@ def main() -> int:
     parser.add_argument("--decoded-rounds", type=int, default=5,
                         help="Rounds of (d): its runs are short (~2.5 s) and its ratio the most sensitive to drift.")
     parser.add_argument("--tls-rounds", type=int, default=7,
-                        help="Rounds per batch size of (e): ~1 s each, and two cores shared by node and loader are noisy.")
+                        help="Rounds per batch size of (e): ~1 s each, and cores shared by node and loader are noisy.")
     parser.add_argument("--tls-warm-up-seconds", type=float, default=120,
                         help="Untimed reads before (e), alternating plain and TLS.")
     parser.add_argument("--only-tls", action="store_true", help="Run (e) alone (its bar only).")
