@@ -124,20 +124,21 @@ def check_requirements(where: str, requirements: object) -> None:
             raise ResourcesError(f"{where}: unknown field {section!r} (fields: {', '.join(RESOURCE_SECTIONS)})")
         if not isinstance(quantities, dict):
             raise ResourcesError(f"{where}.{section}: give an object of resource quantities, e.g. {{\"memory\": "
-                                    "\"4Gi\"}")
+                                 "\"4Gi\"}")
         for resource, quantity in quantities.items():
             if isinstance(quantity, bool) or not QUANTITY.match(str(quantity)):
                 raise ResourcesError(f"{where}.{section}.{resource}: {quantity!r} is not a quantity "
-                                        "(e.g. 500m, 2, 4Gi)")
+                                     "(e.g. 500m, 2, 4Gi)")
 
 
-def parse_json_object(text: str, example: str) -> dict:
+def parse_json_object(text: str, example: str, error: type[ValueError] = ResourcesError) -> dict:
+    """A chart value given to an option as JSON, which must be an object; else `error` saying so."""
     try:
         value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ResourcesError(f"not JSON ({error})") from None
+    except json.JSONDecodeError as problem:
+        raise error(f"not JSON ({problem})") from None
     if not isinstance(value, dict):
-        raise ResourcesError(f"give a JSON object {example}, not {text!r}")
+        raise error(f"give a JSON object {example}, not {text!r}")
     return value
 
 
@@ -175,12 +176,7 @@ class NetworkPolicyError(ValueError):
 
 def parse_network_policy(text: str) -> NetworkConfig:
     """`--network-policy`: a JSON object of NETWORK_KEYS (the chart writes it); keys left out keep the defaults."""
-    try:
-        given = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise NetworkPolicyError(f"not JSON ({error})") from None
-    if not isinstance(given, dict):
-        raise NetworkPolicyError(f"give a JSON object with keys among {', '.join(NETWORK_KEYS)}, not {text!r}")
+    given = parse_json_object(text, f"with keys among {', '.join(NETWORK_KEYS)}", NetworkPolicyError)
     values: dict[str, Any] = {}
     for key, value in given.items():
         if key not in NETWORK_KEYS:
