@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Build Ringfeed's images from the Dockerfiles under images/ with buildah (no Docker engine, no registry), export
-# them as OCI archives into $RINGFEED_CACHE/images and import them into the local cluster's containerd when it runs.
+# Build Ringfeed's images from the Dockerfiles under images/ with buildah (no Docker engine) and push them to a
+# registry: the local cluster's (TLS + login, started when needed), from which its node pulls them as any cluster's
+# node does, or any other.
 #
-#   build.sh all      base (once), pause, wheels, every images/*/Dockerfile, the ring's images, export, import
+#   build.sh all      base (once), pause, wheels, every images/*/Dockerfile, the ring's images, then push to the local
+#                     registry
+#   build.sh push [REGISTRY]   push every built image to REGISTRY/ringfeed/<name>:<tag> (default: the local
+#                     registry); a registry's login comes from REGISTRY_AUTH_FILE (a docker config) or `buildah login`
+#   build.sh archives every image as an OCI archive in $RINGFEED_CACHE/images (kind load image-archive)
 #   build.sh wheels   only the wheelhouses that are the Dockerfiles' build contexts (for a Docker build elsewhere)
-#   build.sh image NAME   (development) wheels and images/NAME alone, exported and imported; the next `all`
+#   build.sh image NAME   (development) wheels and images/NAME alone, pushed to the local registry; the next `all`
 #                     rebuilds every image
 #
 # RUN steps use chroot isolation in the host's network namespace: no bridge, no NAT rule, no netns is created.
@@ -24,6 +29,9 @@ images=(dataplane operator trainer alluxio)
 cass_operator=localhost/ringfeed/cass-operator:v1.32.0
 k8ssandra_client=localhost/ringfeed/k8ssandra-client:v0.9.0
 cassandra_maac=localhost/ringfeed/cassandra-maac:5.0.9
+# Every image a cluster needs, by local name; each is pushed as <registry>/ringfeed/<name>:<tag>.
+cluster_images=("${images[@]/#/localhost/ringfeed/}") && cluster_images=("${cluster_images[@]/%/:$version}")
+cluster_images+=("$cass_operator" "$k8ssandra_client" "$cassandra_maac")
 
 setup_buildah() {
     command -v buildah >/dev/null || { echo "error: buildah missing; run: e2e/cluster/install-packages.sh" >&2; exit 1; }
@@ -156,15 +164,41 @@ ring_images() { # cass-operator, its config builder and the Cassandra + MAAC ima
         timed k8ssandra-client static_image "$k8ssandra_client" "$cache/k8ssandra-go/kubectl-k8ssandra" \
             /kubectl-k8ssandra
         timed cassandra-maac build_cassandra_maac
-        timed "export ring images" export_ring_images
         echo "$key" >"$cache/ring-images.key"
     fi
 }
 
-export_ring_images() {
-    export_image "$cass_operator" "$cache/cass-operator.oci.tar"
-    export_image "$k8ssandra_client" "$cache/k8ssandra-client.oci.tar"
-    export_image "$cassandra_maac" "$cache/cassandra-maac.oci.tar"
+push_images() { # [registry]: each image not yet pushed there as this build; its digest into $cache/pushed/<registry>/
+    local target=${1:-local} registry via=() options=(--quiet)
+    if [[ $target == local ]]; then
+        "$repo/e2e/cluster/cluster.sh" registry >/dev/null
+        # shellcheck source=/dev/null  # written by cluster.sh registry: REGISTRY, AUTH_FILE, CERT_DIR, NETNS
+        source "${RINGFEED_CLUSTER_DIR:-$repo/.state/cluster}/registry.env"
+        registry=$REGISTRY via=(nsenter --net="/run/netns/$NETNS" --)
+        options+=(--authfile "$AUTH_FILE" --cert-dir "$CERT_DIR")
+    else
+        registry=${target%/}
+        [[ -n ${REGISTRY_AUTH_FILE:-} ]] && options+=(--authfile "$REGISTRY_AUTH_FILE")
+    fi
+    local pushed=$cache/pushed/${registry//\//_} image name id digest
+    mkdir -p "$pushed"
+    for image in "${cluster_images[@]}"; do
+        name=${image#localhost/ringfeed/} id=$(buildah inspect --type image --format '{{.FromImageID}}' "$image")
+        [[ $(cut -d' ' -f1 "$pushed/${name%%:*}" 2>/dev/null) == "$id" ]] && continue
+        "${via[@]}" buildah push "${options[@]}" --digestfile "$pushed/.digest" "$image" "docker://$registry/ringfeed/$name"
+        digest=$(cat "$pushed/.digest")
+        echo "$id $digest $registry/ringfeed/$name" >"$pushed/${name%%:*}"
+        echo "images: pushed $registry/ringfeed/$name@$digest"
+    done
+}
+
+archives() { # every image as an OCI archive (for `kind load image-archive`), rewritten when the image changed
+    setup_buildah
+    local image
+    for image in "$pause" "${cluster_images[@]}"; do
+        export_image "$image" "$cache/$(basename "${image%%:*}").oci.tar"
+    done
+    echo "images: $(du -sh --apparent-size "$cache"/*.oci.tar | awk '{printf "%s %s  ", $2, $1}')"
 }
 
 sources_key() { # everything the wheels and images are made from
@@ -186,21 +220,17 @@ all() {
         timed "trainer context" build_trainer_context
         timed "alluxio context" build_alluxio_context
         for name in "${images[@]}"; do timed "$name" build_image "$name"; done
-        for name in "${images[@]}"; do
-            timed "export $name" export_image "localhost/ringfeed/$name:$version" "$cache/$name.oci.tar"
-        done
         buildah rm --all >/dev/null
         rm -rf "$cache/alluxio-context"
         echo "$key" >"$cache/sources.key"
     else
-        echo "images: sources unchanged since the last build, archives reused"
+        echo "images: sources unchanged since the last build"
     fi
     ring_images
     # A rebuilt image leaves its previous version and build stages untagged (~5 GB a round for the three Python
-    # images): the exported archives are what the cluster imports, so they go.
+    # images): what the cluster runs is in the registry, so they go.
     buildah rmi --prune >/dev/null
-    "$repo/e2e/cluster/cluster.sh" import-if-running
-    echo "images: $(du -sh --apparent-size "$cache"/*.oci.tar | awk '{printf "%s %s  ", $2, $1}')"
+    timed "push to the local registry" push_images local
 }
 
 one() { # name
@@ -210,14 +240,15 @@ one() { # name
     [[ $1 == trainer ]] && timed "trainer context" build_trainer_context
     [[ $1 == alluxio ]] && timed "alluxio context" build_alluxio_context
     timed "$1" build_image "$1"
-    timed "export $1" export_image "localhost/ringfeed/$1:$version" "$cache/$1.oci.tar"
     rm -f "$cache/sources.key"
-    "$repo/e2e/cluster/cluster.sh" import-if-running
+    timed "push to the local registry" push_images local
 }
 
 case "${1:-}" in
     all) all ;;
     image) one "${2:?usage: build.sh image NAME}" ;;
+    push) setup_buildah; push_images "${2:-local}" ;;
+    archives) archives ;;
     wheels) build_wheels ;;
-    *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

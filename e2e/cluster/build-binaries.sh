@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries from the Go module proxy (no release downloads are reachable here):
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl, CoreDNS, helm, kwok
-# and kube-router (the NetworkPolicy engine).
+# kube-router (the NetworkPolicy engine) and the image registry (CNCF Distribution) with its htpasswd writer.
 #
 # Output: $RINGFEED_CACHE/k8s/<key>/bin, where <key> hashes the pinned wrapper modules and this script, and a
 # symlink $RINGFEED_CACHE/k8s/bin pointing at it. A key that is already built is reused at once; changing a pinned
@@ -20,7 +20,7 @@ key=$(cd "$here" && cat build-binaries.sh versions.env gomod/*/go.mod gomod/*/go
 out=$cache/$key
 if [[ -f $out/.complete ]]; then
     ln -sfn "$key/bin" "$cache/bin"
-    echo "k8s binaries: reusing $out/bin (Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, CoreDNS v$COREDNS_VERSION, helm v$HELM_VERSION, kwok v$KWOK_VERSION, kube-router v$KUBE_ROUTER_VERSION)"
+    echo "k8s binaries: reusing $out/bin (Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, CoreDNS v$COREDNS_VERSION, helm v$HELM_VERSION, kwok v$KWOK_VERSION, kube-router v$KUBE_ROUTER_VERSION, registry v$REGISTRY_VERSION)"
     exit 0
 fi
 
@@ -52,6 +52,11 @@ step "kube-router v$KUBE_ROUTER_VERSION (run as the NetworkPolicy engine only)"
 (cd "$here/gomod/kube-router" && CGO_ENABLED=0 go build -trimpath -o "$out/bin/kube-router" \
     -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v$KUBE_ROUTER_VERSION -X github.com/cloudnativelabs/kube-router/v2/pkg/version.BuildDate=2024-03-02T21:45:54Z" \
     github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
+step "registry v$REGISTRY_VERSION (CNCF Distribution) and registry-htpasswd"
+(cd "$here/gomod/registry" && CGO_ENABLED=0 go build -trimpath -o "$out/bin/registry" \
+    -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=v$REGISTRY_VERSION" \
+    github.com/distribution/distribution/v3/cmd/registry \
+    && go build -trimpath -ldflags "-s -w" -o "$out/bin/registry-htpasswd" .)
 step "Kubernetes v$K8S_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl (cold: ~10 min)"
 (cd "$here/gomod/k8s" && go build -trimpath -ldflags "$ldflags" -o "$out/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \

@@ -10,13 +10,17 @@
 #   cluster.sh down      stop everything by PID, unmount, remove cgroups, delete the network namespace (images kept)
 #   cluster.sh status    what runs, node and Pods
 #   cluster.sh clean     down, then remove all cluster state including imported images
-#   cluster.sh import    import the image archives of `make images` into the node's containerd
+#   cluster.sh registry  start the image registry alone (TLS + htpasswd on $node_ip:5000 of the namespace), making
+#                        the namespace when there is none: `make images` pushes to it, the node pulls from it
+#   cluster.sh import    import the node's pause image (the sandbox image, built by `make images`) into containerd
 #   cluster.sh exec CMD  run CMD inside the cluster's network (KUBECONFIG and kubectl/helm on PATH): Pod IPs,
 #                        ClusterIPs and the apiserver on 127.0.0.1:26443 are reachable from there
 #   cluster.sh run CMD   like exec, creating the network namespace first if needed (and deleting it afterwards
 #                        when it made it and no cluster is left running): how `make test-e2e` runs pytest
 #
-# State lives in $RINGFEED_CLUSTER_DIR (default .state/cluster): pki/, kubeconfig, logs/, run/*.pid, containerd/.
+# State lives in $RINGFEED_CLUSTER_DIR (default .state/cluster): pki/, kubeconfig, logs/, run/*.pid, containerd/,
+# registry-auth.json (the registry's login as a docker config: the pull Secret's content). The registry's blobs live
+# in $RINGFEED_CACHE/registry and outlive the cluster.
 # Binaries come from `make k8s-binaries` ($RINGFEED_CACHE/k8s/bin), containerd/runc/CNI/iptables from Debian and
 # ipset unpacked from Debian into $RINGFEED_CACHE/ipset (install-packages.sh). Sandbox-specific settings live in
 # etc/containerd.toml and etc/kubelet-config.yaml (SANDBOX).
@@ -33,6 +37,7 @@ apiserver=https://127.0.0.1:26443
 export KUBECONFIG=$state/kubeconfig
 NETNS=${RINGFEED_NETNS:-ringfeed-cluster}
 node_ip=10.244.0.1           # cni0's address: the node IP, the Pods' gateway, where CoreDNS and the apiserver answer
+registry=$node_ip:5000       # the image registry: what global.imageRegistry names in the e2e's values
 service_cidr=10.0.0.0/24
 
 in_netns() { [[ $(ip netns identify $$ 2>/dev/null) == "$NETNS" ]]; }
@@ -158,6 +163,52 @@ EOF
     touch "$p/.complete"
 }
 
+registry_pki() { # the registry's certificate (cluster CA, SAN = node IP), a random password, its htpasswd line
+    local p=$state/pki
+    [[ -f $p/registry.crt && -f $state/registry-auth.json ]] && return 0
+    openssl genrsa -out "$p/registry.key" 2048 2>/dev/null
+    openssl req -new -key "$p/registry.key" -subj "/CN=ringfeed-local-registry" -out "$p/registry.csr"
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:%s\n' \
+        "$node_ip" >"$p/registry.ext"
+    openssl x509 -req -in "$p/registry.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial -days 3650 -sha256 \
+        -extfile "$p/registry.ext" -out "$p/registry.crt" 2>/dev/null
+    local password; password=$(openssl rand -hex 16)
+    echo "$password" | "$bin/registry-htpasswd" ringfeed >"$p/registry.htpasswd"
+    echo "ringfeed:$password" >"$p/registry.login"
+    # The login as a docker config (buildah's and helm's --authfile, the content of a kubernetes.io/dockerconfigjson
+    # Secret) and the CA as buildah's --cert-dir wants it.
+    printf '{"auths": {"%s": {"auth": "%s"}}}\n' "$registry" "$(printf 'ringfeed:%s' "$password" | base64 -w0)" \
+        >"$state/registry-auth.json"
+    chmod 600 "$state/registry-auth.json" "$p/registry.htpasswd" "$p/registry.login"
+    mkdir -p "$state/registry-certs" && cp "$p/ca.crt" "$state/registry-certs/ca.crt"
+}
+
+registry_up() { # inside the namespace: the registry, unless it runs already; ready when /v2/ answers with the login
+    alive registry && return 0
+    mkdir -p "$state"/{logs,run,etc} "$RINGFEED_CACHE/registry"
+    make_pki
+    registry_pki
+    sed -e "s#@STATE@#$state#g" -e "s#@NODE_IP@#$node_ip#g" -e "s#@DATA@#$RINGFEED_CACHE/registry#g" \
+        "$here/etc/registry.yml" >"$state/etc/registry.yml"
+    start registry "$bin/registry" serve "$state/etc/registry.yml"
+    wait_for registry 100 curl -sf --cacert "$state/pki/ca.crt" -u "$(cat "$state/pki/registry.login")" "https://$registry/v2/" \
+        || { tail -20 "$state/logs/registry.log"; exit 1; }
+}
+
+registry_cmd() { # from the host or inside: the namespace (if needed) and the registry
+    if ! in_netns; then
+        netns_up
+        enter "$0" registry
+        return
+    fi
+    [[ -x $bin/registry ]] || { echo "error: no registry in $bin; run: make k8s-binaries" >&2; exit 1; }
+    registry_up
+    # What pushes need (images/build.sh push sources it): address, login, CA, the namespace it is reached from.
+    printf 'REGISTRY=%s\nAUTH_FILE=%s\nCERT_DIR=%s\nNETNS=%s\n' "$registry" "$state/registry-auth.json" \
+        "$state/registry-certs" "$NETNS" >"$state/registry.env"
+    echo "registry https://$registry (login: $state/registry-auth.json, CA: $state/pki/ca.crt)"
+}
+
 render_config() {
     mkdir -p "$state/etc/cni" "$state/cni-bin" "$state/run"
     local f
@@ -165,6 +216,9 @@ render_config() {
         sed -e "s#@STATE@#$state#g" "$here/etc/$f" >"$state/etc/$f"
     done
     sed -e "s#@STATE@#$state#g" -e "s#@NODE_IP@#$node_ip#g" "$here/etc/Corefile" >"$state/etc/Corefile"
+    mkdir -p "$state/etc/certs.d/$registry"
+    sed -e "s#@STATE@#$state#g" -e "s#@REGISTRY@#$registry#g" "$here/etc/registry-hosts.toml" \
+        >"$state/etc/certs.d/$registry/hosts.toml"
     for f in bridge host-local loopback; do ln -sfn "/usr/lib/cni/$f" "$state/cni-bin/$f"; done
     # kube-router's tools, first on its PATH: the nftables-based iptables (its rules then sit beside kube-proxy's
     # nftables tables, all in `nft list ruleset`) and Debian's ipset from the cache.
@@ -190,13 +244,14 @@ up() {
     mkdir -p "$state"/{logs,run}
     make_pki
     render_config
-    # A fresh cluster each time: API objects and kubelet state go, imported images stay in containerd's store.
+    registry_up
+    # A fresh cluster each time: API objects and kubelet state go, pulled images stay in containerd's store.
     rm -rf "$state/etcd" "$state/kubelet" "$state/pod-logs" "$state/run/ipam"
 
     t=$(date +%s%N)
     start containerd /usr/bin/containerd --config "$state/etc/containerd.toml"
     wait_for containerd 100 ctr_ version || { tail -20 "$state/logs/containerd.log"; exit 1; }
-    import_images
+    import_pause
     echo "containerd        $(ms_since "$t") ms"
 
     t=$(date +%s%N)
@@ -277,17 +332,12 @@ up() {
     echo "cluster up in $(ms_since "$t0") ms; export KUBECONFIG=$state/kubeconfig"
 }
 
-import_images() { # each archive of `make images` whose image is not yet in containerd's store
-    local archive name id imported=$state/containerd/imported
-    mkdir -p "$imported"
-    for archive in "$RINGFEED_CACHE"/images/*.oci.tar; do
-        [[ -f $archive ]] || continue
-        name=$(basename "$archive" .oci.tar) id=$(cat "$archive.id")
-        [[ $(cat "$imported/$name" 2>/dev/null) == "$id" ]] && continue
-        ctr_ images import "$archive" >/dev/null
-        echo "$id" >"$imported/$name"
-        echo "imported $name"
-    done
+import_pause() { # the sandbox image, part of the node (as a node image ships it); unless containerd has this build
+    local archive=$RINGFEED_CACHE/images/pause.oci.tar imported=$state/containerd/imported-pause
+    [[ -f $archive ]] || { echo "error: no $archive; run: make images" >&2; exit 1; }
+    [[ $(cat "$imported" 2>/dev/null) == "$(cat "$archive.id")" ]] && return 0
+    ctr_ images import "$archive" >/dev/null
+    cat "$archive.id" >"$imported"
 }
 
 stop() { # name: SIGTERM, up to 10 s, then SIGKILL
@@ -329,7 +379,7 @@ down() {
     fi
     stop containerd
     local name
-    for name in apiserver etcd; do stop "$name"; done
+    for name in apiserver etcd registry; do stop "$name"; done
     # Shims that outlived containerd: only those started for this state folder's socket.
     local pid
     for pid in $(pgrep -f containerd-shim-runc-v2 || true); do
@@ -354,7 +404,7 @@ down() {
 
 status() {
     local name
-    for name in containerd etcd apiserver controller-manager scheduler kubelet kube-proxy coredns kube-router; do
+    for name in registry containerd etcd apiserver controller-manager scheduler kubelet kube-proxy coredns kube-router; do
         if alive "$name"; then printf '%-20s running (pid %s)\n' "$name" "$(cat "$state/run/$name.pid")"
         else printf '%-20s stopped\n' "$name"; fi
     done
@@ -382,7 +432,7 @@ run_in() { # CMD…: like exec_in, making the namespace for the command when the
     netns_exists || { netns_up; made=1; }
     exec_in "$@" || rc=$?
     if ((made)); then
-        if alive apiserver; then echo "note: a cluster still runs in $NETNS (make cluster-down stops it)"
+        if alive apiserver || alive registry; then echo "note: the cluster or its registry still runs in $NETNS (make cluster-down stops it)"
         else netns_down; fi
     fi
     return $rc
@@ -393,9 +443,9 @@ case "${1:-}" in
     down) down ;;
     status) status ;;
     clean) clean ;;
-    import) import_images ;;
-    import-if-running) if alive containerd; then import_images; fi ;;
+    registry) registry_cmd ;;
+    import) import_pause ;;
     exec) shift; exec_in "$@" ;;
     run) shift; run_in "$@" ;;
-    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

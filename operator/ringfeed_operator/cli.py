@@ -17,7 +17,15 @@ from ringfeed_operator.config import (
     parse_job_resources,
     parse_network_policy,
     parse_ring_resources,
+    parse_secret_names,
 )
+
+
+def secret_names(text: str) -> tuple[str, ...]:
+    try:
+        return parse_secret_names(text)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--image-pull-secrets") from None
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,6 +66,10 @@ from ringfeed_operator.config import (
 @click.option("--cache-host-dir", default=CacheConfig.host_dir, show_default=True,
               help="The nodes' directory of the cache tiers' FUSE mounts (<dir>/<namespace>/<dataset>/mnt); it must "
                    "be a shared mount (the kubelet's Bidirectional propagation).")
+@click.option("--image-pull-secrets", default="", metavar="NAMES",
+              callback=lambda _ctx, _param, text: secret_names(text),
+              help="Comma-separated Secrets (kubernetes.io/dockerconfigjson) every Pod the operator makes pulls its "
+                   "images with: Jobs, TrainingJobs, cache tiers, Ring nodes (the chart's global.imagePullSecrets).")
 @click.option("--network-policy", default=None, metavar="JSON",
               help="NetworkPolicies of the operator's objects (the chart's networkPolicy values as JSON: enabled, "
                    "operatorNamespace, operatorPods, cassOperatorNamespace, cassOperatorPods, monitoringNamespace, "
@@ -67,7 +79,8 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
          job_image_pull_policy: str, job_service_account: str, job_backoff_limit: int,
          job_allow_host_path: bool,
          job_resources: str | None, ring_image: str, ring_resources: str | None, cache_image: str,
-         cache_image_pull_policy: str, cache_host_dir: str, network_policy: str | None, verbose: bool) -> None:
+         cache_image_pull_policy: str, cache_host_dir: str, image_pull_secrets: tuple[str, ...],
+         network_policy: str | None, verbose: bool) -> None:
     """Reconcile Ringfeed's Dataset, Split, TrainingJob and Ring objects.
 
     Inside a cluster the service account's credentials are used; outside, the current kubeconfig context.
@@ -80,14 +93,14 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
       ringfeed-operator --job-image localhost/ringfeed/dataplane:0.1.0 --job-image-pull-policy Never
     """
     jobs = JobsConfig(image=job_image, image_pull_policy=job_image_pull_policy,
-                      service_account=job_service_account, backoff_limit=job_backoff_limit,
-                      allow_host_path=job_allow_host_path)
+                      image_pull_secrets=image_pull_secrets, service_account=job_service_account,
+                      backoff_limit=job_backoff_limit, allow_host_path=job_allow_host_path)
     if job_resources is not None:
         try:
             jobs = dataclasses.replace(jobs, resources=parse_job_resources(job_resources, jobs.resources))
         except ResourcesError as error:
             raise click.BadParameter(str(error), param_hint="--job-resources") from None
-    rings = RingsConfig(image=ring_image)
+    rings = RingsConfig(image=ring_image, image_pull_secrets=image_pull_secrets)
     if ring_resources is not None:
         try:
             rings = dataclasses.replace(rings, resources=parse_ring_resources(ring_resources))
@@ -102,4 +115,5 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
     operator.run(Config(watch_namespaces=namespaces, metrics_port=metrics_port, health_port=health_port, bind=bind,
                         verbose=verbose, jobs=jobs, rings=rings,
                         cache=CacheConfig(image=cache_image, image_pull_policy=cache_image_pull_policy,
-                                          host_dir=cache_host_dir), network=network))
+                                          image_pull_secrets=image_pull_secrets, host_dir=cache_host_dir),
+                        network=network))

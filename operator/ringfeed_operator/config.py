@@ -22,10 +22,12 @@ class JobsConfig:
     """The ingest and split Jobs and the TrainingJobs' loader sidecars the operator creates (chart values
     `jobs.*`)."""
 
-    # jobs.image.repository:tag — the data-plane image (the `ringfeed` command).
+    # jobs.image — the data-plane image (the `ringfeed` command), [registry/]repository:tag[@digest].
     image: str = "ghcr.io/ringfeed/dataplane:0.1.0"
     # jobs.image.pullPolicy
     image_pull_policy: str = "IfNotPresent"
+    # global.imagePullSecrets — of the Jobs and of the TrainingJobs' Pods (the sidecar's image, and the trainer's).
+    image_pull_secrets: tuple[str, ...] = ()
     # jobs.serviceAccount — "" is the namespace's default; the Jobs never call the Kubernetes API.
     service_account: str = ""
     # jobs.backoffLimit — retries of a failed Job Pod before the ingest or split is reported failed.
@@ -44,8 +46,10 @@ class JobsConfig:
 class RingsConfig:
     """The Rings the operator provisions through cass-operator (chart values `rings.*`)."""
 
-    # rings.image.repository:tag — Cassandra with the Management API, unless a Ring's spec.image names another.
-    image: str = "ghcr.io/k8ssandra/cass-management-api:5.0.9-ubi"
+    # rings.image — Cassandra with the Management API, unless a Ring's spec.image names another.
+    image: str = "ghcr.io/ringfeed/cassandra-maac:5.0.9"
+    # global.imagePullSecrets — of the nodes' Pods (their Cassandra and config-builder images).
+    image_pull_secrets: tuple[str, ...] = ()
     # rings.resources — each node's Cassandra container, unless a Ring's spec.resources says otherwise: a heap of
     # 1Gi (the default spec.heapSize) with room off the heap, and Burstable rather than BestEffort.
     resources: dict = dataclasses.field(default_factory=lambda: {
@@ -56,11 +60,12 @@ class RingsConfig:
 class CacheConfig:
     """The Alluxio cache tiers of Datasets with spec.cache.alluxio (chart values `cache.*`)."""
 
-    # cache.image.repository:tag — Alluxio with Ringfeed's extension (`ringfeed cache serve`), unless a Dataset's
-    # spec.cache.alluxio.image names another.
+    # cache.image — Alluxio with Ringfeed's extension (`ringfeed cache serve`).
     image: str = "ghcr.io/ringfeed/alluxio:0.1.0"
     # cache.image.pullPolicy
     image_pull_policy: str = "IfNotPresent"
+    # global.imagePullSecrets — of the cache tier's Pods.
+    image_pull_secrets: tuple[str, ...] = ()
     # cache.hostDir — the nodes' directory of the FUSE mounts: <hostDir>/<namespace>/<dataset>/mnt.
     host_dir: str = "/var/lib/ringfeed/cache"
 
@@ -107,6 +112,19 @@ class Config:
     cache: CacheConfig = dataclasses.field(default_factory=CacheConfig)
     # networkPolicy.*
     network: NetworkConfig = dataclasses.field(default_factory=NetworkConfig)
+
+
+# A Secret's name: a DNS-1123 subdomain.
+SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def parse_secret_names(text: str) -> tuple[str, ...]:
+    """`a,b` (the chart's global.imagePullSecrets joined) as names; ValueError naming one that is not a Secret's."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    for name in names:
+        if len(name) > 253 or not SECRET_NAME.match(name):
+            raise ValueError(f"{name!r} is not a Secret name (lower-case letters, digits, '-' and '.')")
+    return tuple(dict.fromkeys(names))
 
 
 class ResourcesError(ValueError):

@@ -28,8 +28,24 @@ app.kubernetes.io/component: operator
 {{- end -}}
 {{- end -}}
 
+{{- /* An image reference: [registry/]repository:tag[@digest], global.imageRegistry before the image's own registry
+and the chart's appVersion for an empty tag. Call with (dict "image" <image values> "root" $). */ -}}
 {{- define "ringfeed.image" -}}
-{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) -}}
+{{- $registry := .root.Values.global.imageRegistry | default .image.registry -}}
+{{- $reference := printf "%s:%s" .image.repository (.image.tag | default .root.Chart.AppVersion) -}}
+{{- if $registry }}{{ $reference = printf "%s/%s" $registry $reference }}{{ end -}}
+{{- if .image.digest }}{{ $reference = printf "%s@%s" $reference .image.digest }}{{ end -}}
+{{- $reference -}}
+{{- end -}}
+
+{{- /* The Pods' imagePullSecrets (global.imagePullSecrets), as a Pod spec's field; nothing when there are none. */ -}}
+{{- define "ringfeed.imagePullSecrets" -}}
+{{- with .Values.global.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- /* The ServiceMonitor's, PodMonitors' and PrometheusRule's labels: monitoring.labels is what a Prometheus selects

@@ -21,6 +21,7 @@ from ringfeed_operator.builders.meta import (
     LABEL_MANAGED_BY,
     MANAGER,
     owner_reference,
+    pull_secrets,
 )
 from ringfeed_operator.builders.network import cache_policy
 from ringfeed_operator.builders.ring import reader_login, ring_env, ring_volumes
@@ -155,7 +156,8 @@ def master_statefulset(dataset: dict, config: CacheConfig) -> dict:
             "selector": {"matchLabels": _selector(name, "master")},
             "template": {"metadata": _pod_metadata(name, "master"), "spec": {
                 "automountServiceAccountToken": False, "securityContext": _NON_ROOT, "containers": [container],
-                "volumes": [*_SCRATCH, *tls_volumes], **_placement(dataset, nodes=False)}},
+                "volumes": [*_SCRATCH, *tls_volumes], **_placement(dataset, nodes=False),
+                **pull_secrets(config.image_pull_secrets)}},
         },
     }
 
@@ -176,7 +178,7 @@ def worker_daemonset(dataset: dict, config: CacheConfig) -> dict:
         livenessProbe={"tcpSocket": {"port": RPC_PORTS["worker"]}, "initialDelaySeconds": 120, "periodSeconds": 20},
         volumeMounts=[*_SCRATCH_MOUNTS, {"name": "memory", "mountPath": MEMORY_DIR}, *tls_mounts],
         securityContext=_RESTRICTED)
-    return _daemonset(dataset, "worker", container,
+    return _daemonset(dataset, "worker", config, container,
                       [*_SCRATCH, {"name": "memory", "emptyDir": {"medium": "Memory", "sizeLimit": memory}},
                        *tls_volumes], _NON_ROOT)
 
@@ -201,10 +203,11 @@ def fuse_daemonset(dataset: dict, catalog: str, config: CacheConfig) -> dict:
         securityContext={"privileged": True, "runAsUser": 0, "runAsNonRoot": False, "readOnlyRootFilesystem": True})
     volumes = [*_SCRATCH, {"name": "mounts", "hostPath": {"path": str(host_dir(config, namespace, name)),
                                                           "type": "DirectoryOrCreate"}}]
-    return _daemonset(dataset, "fuse", container, volumes, {"seccompProfile": {"type": "RuntimeDefault"}})
+    return _daemonset(dataset, "fuse", config, container, volumes, {"seccompProfile": {"type": "RuntimeDefault"}})
 
 
-def _daemonset(dataset: dict, role: str, container: dict, volumes: list[dict], security: dict) -> dict:
+def _daemonset(dataset: dict, role: str, config: CacheConfig, container: dict, volumes: list[dict],
+               security: dict) -> dict:
     name = dataset["metadata"]["name"]
     return {
         "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _metadata(dataset, role),
@@ -213,7 +216,7 @@ def _daemonset(dataset: dict, role: str, container: dict, volumes: list[dict], s
             "template": {"metadata": _pod_metadata(name, role), "spec": {
                 "automountServiceAccountToken": False, "securityContext": security,
                 "terminationGracePeriodSeconds": 30, "containers": [container], "volumes": volumes,
-                **_placement(dataset, nodes=True)}},
+                **_placement(dataset, nodes=True), **pull_secrets(config.image_pull_secrets)}},
         },
     }
 

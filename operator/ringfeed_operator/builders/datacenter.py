@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from ringfeed.ring import ProvisionedRing
-from ringfeed_operator.builders.meta import owner_reference, scrape_annotations
+from ringfeed_operator.builders.meta import owner_reference, pull_secrets, scrape_annotations
 from ringfeed_operator.builders.ring import (
     DC_GROUP,
     DC_VERSION,
@@ -94,7 +94,7 @@ def datacenter_spec(ring: dict, rings: RingsConfig) -> dict:
                                      "containers": [{"name": SERVER_CONTAINER, "resources": {},
                                                      "securityContext": CONTAINER_SECURITY,
                                                      "volumeMounts": [mount]}],
-                                     "volumes": [volume]}},
+                                     "volumes": [volume], **pull_secrets(rings.image_pull_secrets)}},
         "resources": spec.get("resources") or rings.resources,
         "configBuilderResources": CONFIG_BUILDER_RESOURCES,
         "config": {"jvm-server-options": {"initial_heap_size": heap, "max_heap_size": heap},

@@ -11,6 +11,7 @@ from ringfeed_operator.builders.meta import (
     LABEL_SPLIT,
     MANAGER,
     owner_reference,
+    pull_secrets,
     scrape_annotations,
 )
 from ringfeed_operator.builders.network import job_policy
@@ -43,6 +44,7 @@ def _job(name: str, owner: dict, labels: dict, container: dict, config: JobsConf
             "volumeMounts": [*container.get("volumeMounts", ()), {"name": "tmp", "mountPath": "/tmp"}],
         }],
         "volumes": [*volumes, {"name": "tmp", "emptyDir": {}}],
+        **pull_secrets(config.image_pull_secrets),
     }
     if config.service_account:
         pod_spec["serviceAccountName"] = config.service_account

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 LABEL_DATASET = "ringfeed.io/dataset"
 LABEL_SPLIT = "ringfeed.io/split"
 LABEL_COMPONENT = "app.kubernetes.io/component"
@@ -14,6 +16,14 @@ def owner_reference(body: dict) -> dict:
     collector."""
     return {"apiVersion": body["apiVersion"], "kind": body["kind"], "name": body["metadata"]["name"],
             "uid": body["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def pull_secrets(names: Iterable[str], given: Iterable[dict] = ()) -> dict:
+    """A Pod spec's imagePullSecrets: the chart's global.imagePullSecrets after those a template gives; nothing when
+    there are none (an unchanged spec, so no rollout)."""
+    secrets = list(given)
+    secrets += [{"name": name} for name in names if {"name": name} not in secrets]
+    return {"imagePullSecrets": secrets} if secrets else {}
 
 
 def scrape_annotations(port: int) -> dict[str, str]:

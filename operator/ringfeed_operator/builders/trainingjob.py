@@ -17,7 +17,7 @@ from typing import Any
 from ringfeed_client.protocol import FEED_DIR_ENV, TRAININGJOB_ENV
 from ringfeed_operator.builders.cache import cache_spec, host_dir, part_path
 from ringfeed_operator.builders.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, owner_reference
-from ringfeed_operator.builders.meta import scrape_annotations
+from ringfeed_operator.builders.meta import pull_secrets, scrape_annotations
 from ringfeed_operator.builders.ring import reader_login, ring_env, ring_volumes
 from ringfeed_operator.config import CacheConfig, JobsConfig
 from ringfeed_operator.isolation import SIDECAR_UID
@@ -119,6 +119,7 @@ def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int,
     pod = template["spec"]
     pod.setdefault("restartPolicy", DEFAULT_RESTART_POLICY)
     pod.setdefault("automountServiceAccountToken", False)  # the trainer never needs the API unless it says so
+    pod.update(pull_secrets(config.image_pull_secrets, pod.get("imagePullSecrets") or ()))
     pod["subdomain"] = name  # the Job controller names each Pod's host <job>-<index>: DNS <job>-<index>.<service>
     rank_env: list[dict[str, Any]] = [
         {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
