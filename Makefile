@@ -29,7 +29,7 @@ SHELL_SCRIPTS = $(sort $(shell git ls-files '*.sh') $(shell git ls-files -s | aw
 
 # Everything downloaded or generated stays inside the checkout (git-ignored).
 export RINGFEED_CACHE := $(CURDIR)/.cache
-export RINGFEED_LOCAL_DIR := $(CURDIR)/.state/local
+# The local ring (demo, local-up, local-down): the CLI's default, ~/.local/state/ringfeed/local (docs/local-ring.md).
 export CARGO_HOME ?= $(HOME)/.cargo
 
 ##@ General

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from ringfeed.cli.types import PORT
 from ringfeed.errors import RingfeedError, ring_error, ring_failures
 from ringfeed.ring import (
     DEFAULT_HOSTS,
@@ -29,6 +30,8 @@ from ringfeed.ring import (
     read_login,
 )
 
+# Results go to stdout (console); progress (spinners, bars), errors and hints to stderr (err_console), so that a
+# command's output piped into a file or a script holds its result only.
 console = Console()
 # Piped or redirected, a line stays one line (rich would wrap it at 80 columns); tables: render.print_table.
 console.soft_wrap = not console.is_terminal
@@ -47,7 +50,27 @@ def default_local_dir() -> Path:
 
 class RingfeedGroup(click.Group):
     """Prints RingfeedError (and a failure of the ring, as the RingfeedError of its kind) as one line and exits 1,
-    instead of a traceback."""
+    instead of a traceback; a usage error (a bad option value, a missing argument) is one line too, exit 2."""
+
+    def main(self, *args, **kwargs):
+        if not kwargs.get("standalone_mode", True):
+            return super().main(*args, **kwargs)
+        try:
+            result = super().main(*args, **{**kwargs, "standalone_mode": False})
+        except click.UsageError as error:
+            where = f" (see `{error.ctx.command_path} --help`)" if error.ctx is not None else ""
+            message = error.format_message().rstrip(".")
+            err_console.print(f"[bold red]error:[/] {message}{where}", highlight=False,
+                              soft_wrap=True)
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            error.show()
+            sys.exit(error.exit_code)
+        except click.Abort:
+            err_console.print("aborted", highlight=False)
+            sys.exit(1)
+        # Without standalone mode click returns an Exit's code (--help, --version: 0) or the command's return value.
+        sys.exit(result if isinstance(result, int) else 0)
 
     def invoke(self, ctx):
         try:
@@ -68,7 +91,8 @@ class RingfeedGroup(click.Group):
 @click.group(cls=RingfeedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.option("--hosts", envvar=HOSTS_ENV, default=DEFAULT_HOSTS, show_default=True,
               help=f"Comma-separated Cassandra contact points [env {HOSTS_ENV}].")
-@click.option("--port", envvar=PORT_ENV, default=DEFAULT_PORT, show_default=True, help=f"CQL port [env {PORT_ENV}].")
+@click.option("--port", envvar=PORT_ENV, default=DEFAULT_PORT, show_default=True, type=PORT,
+              help=f"CQL port [env {PORT_ENV}].")
 @click.option("--username", envvar=USERNAME_ENV, default=None, help=f"[env {USERNAME_ENV}]")
 @click.option("--password", envvar=PASSWORD_ENV, default=None, help=f"[env {PASSWORD_ENV}]")
 @click.option("--login-dir", envvar=LOGIN_DIR_ENV, default=None, type=click.Path(file_okay=False),

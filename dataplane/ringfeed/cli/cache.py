@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 from rich.table import Table
 
-from ringfeed.cli.app import console, main, ringfeed_state_dir
+from ringfeed.cli.app import console, err_console, main, ringfeed_state_dir
 from ringfeed.cli.render import JSON_OPTION, human_bytes, print_json, print_table
-from ringfeed.errors import RingfeedError
-
-UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+from ringfeed.cli.types import ByteSize, JvmSize
 
 
 def default_state_dir() -> Path:
     return ringfeed_state_dir("RINGFEED_CACHE_DIR", "cache-tier")
 
 
-def parse_bytes(text: str) -> int:
-    """'1GiB', '512MiB', '2G', '1500000' → bytes."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*", text.lower())
-    if not match:
-        raise click.BadParameter(f"{text!r} is not a size (e.g. 512MiB, 2GiB, 4G)")
-    return int(float(match[1]) * UNITS[match[2] or ""])
+def loopback(ctx, param, value: str) -> str:
+    if not value.startswith("127."):
+        raise click.BadParameter(f"{value}: the local tier listens on loopback addresses only (127.x)")
+    return value
 
 
 @main.group()
@@ -52,20 +47,19 @@ def cache(ctx, state_dir):
 
 @cache.command("up")
 @click.argument("mount", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--memory", default="1GiB", show_default=True, help="Size of the worker's memory tier (/dev/shm).")
-@click.option("--address", default="127.0.40.1", show_default=True,
+@click.option("--memory", default="1GiB", show_default=True, type=ByteSize(),
+              help="Size of the worker's memory tier (/dev/shm).")
+@click.option("--address", default="127.0.40.1", show_default=True, callback=loopback,
               help="Loopback address the master and the worker listen on.")
 @click.pass_context
 def cache_up(ctx, mount, memory, address):
     """Start the tier (reusing what runs) and mount the tree at MOUNT."""
     ring = ctx.obj
-    if not address.startswith("127."):
-        raise RingfeedError(f"--address {address}: the local tier listens on loopback addresses only (127.x)")
     local_cache = ctx.meta["cache"]
-    with console.status("starting the cache tier…") as status:
+    with err_console.status("starting the cache tier…") as status:
         local_cache.up(list(ring.hosts), ring.port, mount, local_dc=ring.local_dc, username=ring.username,
                        password=ring.password, tls_ca_file=ring.tls_ca_file, tls_server_name=ring.tls_server_name,
-                       memory_bytes=parse_bytes(memory), host=address,
+                       memory_bytes=memory, host=address,
                        on_progress=lambda message: status.update(message + "…"))
     print_status(local_cache)
     console.print(f"splits under [bold]{mount}[/]/<dataset>/<split>/<part>/ · stop with [bold]ringfeed cache down[/]")
@@ -81,8 +75,8 @@ def cache_up(ctx, mount, memory, address):
 @click.option("--bind", default="0.0.0.0", show_default=True, help="Address every server socket binds to.")
 @click.option("--serve-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("/var/lib/ringfeed-cache"),
               show_default=True, help="Configuration, journal and logs (a Pod's emptyDir).")
-@click.option("--heap", default="1g", show_default=True, help="The JVM's -Xmx.")
-@click.option("--memory", default="1GiB", show_default=True, help="worker: the memory tier's size.")
+@click.option("--heap", default="1g", show_default=True, type=JvmSize(), help="The JVM's -Xmx.")
+@click.option("--memory", default="1GiB", show_default=True, type=ByteSize(), help="worker: the memory tier's size.")
 @click.option("--memory-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="worker: the memory tier's directory (a memory emptyDir). Default: SERVE_DIR/memory.")
 # A plain string: a mount left behind by a killed FUSE process fails every check click could make (ENOTCONN); the
@@ -111,7 +105,7 @@ def cache_serve(ctx, role, master_host, hostname, node, bind, serve_dir, heap, m
     ring = ctx.obj
     placement = Placement(master=master_host, hostname=hostname or master_host, bind=bind, node=node)
     settings = ServeSettings(role=role, placement=placement, state_dir=serve_dir, heap=heap, tuned=tuned,
-                             memory_bytes=parse_bytes(memory), memory_dir=memory_dir,
+                             memory_bytes=memory, memory_dir=memory_dir,
                              mount=Path(mount) if mount else None, root=root)
     login = None if role == "fuse" else RingLogin(tuple(ring.hosts), ring.port, ring.local_dc, ring.username,
                                                    ring.password, ring.tls_ca_file, ring.tls_server_name)

@@ -9,7 +9,7 @@ import click
 from rich.progress import Progress
 from rich.table import Table
 
-from ringfeed.cli.app import console, main, open_store
+from ringfeed.cli.app import console, err_console, main, open_store
 from ringfeed.cli.render import (
     JSON_OPTION,
     dataset_json,
@@ -20,7 +20,9 @@ from ringfeed.cli.render import (
     progress_bar,
     sample_json,
 )
+from ringfeed.cli.types import COUNT, PORT, IntList
 from ringfeed.errors import RingfeedError
+from ringfeed.loader.options import CONSISTENCY_LEVELS  # the native session's levels, for writes as for reads
 
 
 @main.group()
@@ -36,9 +38,10 @@ def dataset():
               help="Extra metadata column (repeatable); TYPE text|int|bigint|double|boolean.")
 @click.option("--encoding", type=click.Choice(["jpeg", "png", "tiff", "raw"]), required=True)
 @click.option("--dtype", default=None, help="Raw tensors: element type, e.g. float32.")
-@click.option("--shape", default=None, help="Raw tensors: comma-separated shape, e.g. 3,224,224.")
+@click.option("--shape", type=IntList("3,224,224"), default=None,
+              help="Raw tensors: comma-separated shape, e.g. 3,224,224.")
 @click.option("--label-names", default="", help="Comma-separated class names, label 0 first (e.g. normal,tumor).")
-@click.option("--replication-factor", "--rf", "rf", default=1, show_default=True)
+@click.option("--replication-factor", "--rf", "rf", default=1, show_default=True, type=COUNT)
 @click.option("--keyspace", default="", help="Keyspace name (default: the dataset name).")
 @click.option("--metadata-by-uuid/--no-metadata-by-uuid", default=True, show_default=True,
               help="Also keep metadata by UUID, to trace results back to samples.")
@@ -54,10 +57,9 @@ def dataset_create(ctx, name, keys, metadata, encoding, dtype, shape, label_name
     """
     from ringfeed.schema import Column, DatasetSchema, Encoding
 
-    shape_tuple = tuple(int(d) for d in shape.split(",")) if shape else None
     schema = DatasetSchema(
         name=name, natural_keys=tuple(Column.parse(k) for k in keys), metadata=tuple(Column.parse(m) for m in metadata),
-        encoding=Encoding(encoding, dtype, shape_tuple), replication_factor=rf, keyspace=keyspace,
+        encoding=Encoding(encoding, dtype, shape), replication_factor=rf, keyspace=keyspace,
         label_names=tuple(n.strip() for n in label_names.split(",") if n.strip()),
         with_metadata_by_uuid=metadata_by_uuid,
     )
@@ -92,7 +94,7 @@ def dataset_migrate(ctx, name):
     from ringfeed.migration import migrate_dataset
 
     with open_store(ctx) as store:
-        with console.status(f"migrating {name}…"):
+        with err_console.status(f"migrating {name}…"):
             summary = migrate_dataset(store, name)
     if summary.up_to_date:
         console.print(f"dataset {name} is up to date: nothing to migrate")
@@ -236,12 +238,13 @@ class RichIngestProgress:
               help="auto: .csv/.parquet → manifest, .tar or a folder of .tar → webdataset, else imagefolder.")
 @click.option("--path-column", default="path", show_default=True, help="Manifest column with the file path.")
 @click.option("--label-column", default="label", show_default=True, help="Manifest/JSON field with the label.")
-@click.option("--workers", default=8, show_default=True, help="Threads reading and checking input files.")
-@click.option("--concurrency", default=64, show_default=True, help="Writes in flight.")
-@click.option("--max-sample-mb", default=64, show_default=True, help="Larger inputs are rejected.")
+@click.option("--workers", default=8, show_default=True, type=COUNT, help="Threads reading and checking input files.")
+@click.option("--concurrency", default=64, show_default=True, type=COUNT, help="Writes in flight.")
+@click.option("--max-sample-mb", default=64, show_default=True, type=COUNT, help="Larger inputs are rejected.")
 @click.option("--full-decode", is_flag=True, help="Decode every image to verify it (slow); default: structure check.")
-@click.option("--consistency", default="ONE", show_default=True, help="Write consistency level.")
-@click.option("--metrics-port", type=int, default=None,
+@click.option("--consistency", type=click.Choice(CONSISTENCY_LEVELS, case_sensitive=False), default="ONE",
+              show_default=True, help="Write consistency level.")
+@click.option("--metrics-port", type=PORT, default=None,
               help="Serve the ingest's progress and rejects by reason to Prometheus on this port while it runs "
                    "(the operator's ingest Jobs do).")
 @click.pass_context
@@ -261,14 +264,14 @@ def ingest_command(ctx, name, source, fmt, path_column, label_column, workers, c
 
     options = IngestOptions(format=fmt, path_column=path_column, label_column=label_column, workers=workers,
                             concurrency=concurrency, max_sample_bytes=max_sample_mb * 2**20,
-                            full_decode=full_decode, consistency=consistency)
+                            full_decode=full_decode, consistency=consistency.upper())
     summary = IngestSummary(name, str(source))
     if metrics_port is not None:
         serve_ingest_metrics(summary, metrics_port)
     with open_store(ctx) as store:
         with progress_bar() as progress:
             ingest(store, name, str(source), options, RichIngestProgress(progress), summary)
-        with console.status("counting samples…"):
+        with err_console.status("counting samples…"):
             info = store.refresh_stats(name)
     print_ingest_summary(summary, info)
 

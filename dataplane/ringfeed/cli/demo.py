@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from ringfeed.cli.app import console, default_local_dir, main
+from ringfeed.cli.app import console, default_local_dir, err_console, main
 from ringfeed.cli.datasets import RichIngestProgress, print_ingest_summary
 from ringfeed.cli.load import print_throughput, run_epochs
 from ringfeed.cli.local import print_ring
 from ringfeed.cli.render import progress_bar
 from ringfeed.cli.splits import print_split
+from ringfeed.cli.types import COUNT
 from ringfeed.connection import ClusterAddress
 
 DEMO_DATASET = "demo_slides"
@@ -21,7 +22,7 @@ DEMO_SPLIT = "by-patient"
 @main.command()
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path(".state/demo"), show_default=True,
               help="Where the demo images and manifest are written.")
-@click.option("--patients", default=24, show_default=True)
+@click.option("--patients", default=24, show_default=True, type=COUNT)
 @click.pass_context
 def demo(ctx, workdir, patients):
     """Start a local node, make a patient → slide → patch image set, ingest it, split it by patient, load it."""
@@ -34,7 +35,7 @@ def demo(ctx, workdir, patients):
 
     console.rule("[bold]1 · a real Cassandra node on 127.0.0.1")
     ring = LocalRing(default_local_dir())
-    with console.status("starting Cassandra 5.0.9 (first run fetches its jars with Maven)…"):
+    with err_console.status("starting Cassandra 5.0.9 (first run fetches its jars with Maven)…"):
         ring.up(1)
     print_ring(ring)
 

@@ -8,6 +8,7 @@ import click
 
 from ringfeed.cli.app import console, main, open_store
 from ringfeed.cli.render import human_bytes, progress_bar
+from ringfeed.cli.types import COUNT, NON_NEGATIVE, SEED
 from ringfeed.loader import (
     CONSISTENCY_LEVELS,
     MISSING_POLICIES,
@@ -16,6 +17,7 @@ from ringfeed.loader import (
     Decode,
     Loader,
     LoaderOptions,
+    LoaderOptionsError,
 )
 
 DEFAULTS = LoaderOptions()  # the flags' defaults are the library's
@@ -49,7 +51,7 @@ def run_epochs(loader, epochs: int) -> list[tuple[int, float]]:
 def loader_flags(command):
     """The LoaderOptions flags shared by ``ringfeed load`` and ``ringfeed serve``: their defaults are the library's."""
     flags = [
-        click.option("--batch-size", "-b", default=DEFAULTS.batch_size, show_default=True),
+        click.option("--batch-size", "-b", default=DEFAULTS.batch_size, show_default=True, type=COUNT),
         click.option("--decode", "decode", default=None, metavar="HxW|tensor",
                      help="Decode images to HxW (centre crop + bilinear resize), or raw tensors to their dtype and "
                           "shape. Default: the stored bytes."),
@@ -57,18 +59,21 @@ def loader_flags(command):
                      help="Channels of decoded images: 1 (grey) or 3 (RGB)."),
         click.option("--resize", type=click.Choice(["crop", "stretch"]), default="crop", show_default=True,
                      help="Decoded images: centre-crop to the aspect ratio then resize, or resize only."),
-        click.option("--seed", default=DEFAULTS.seed, show_default=True, help="Seed of the per-epoch shuffle."),
+        click.option("--seed", default=DEFAULTS.seed, show_default=True, type=SEED,
+                     help="Seed of the per-epoch shuffle."),
         click.option("--no-shuffle", is_flag=True, help="Read in split order."),
-        click.option("--rank", default=DEFAULTS.rank, show_default=True),
-        click.option("--world-size", default=DEFAULTS.world_size, show_default=True),
+        click.option("--rank", default=DEFAULTS.rank, show_default=True, type=NON_NEGATIVE,
+                     help="This process's share: 0 to --world-size − 1."),
+        click.option("--world-size", default=DEFAULTS.world_size, show_default=True, type=COUNT),
         click.option("--remainder", type=click.Choice(REMAINDER_POLICIES), default=DEFAULTS.remainder,
                      show_default=True,
                      help="Tail of an epoch across ranks: every sample once (uneven), repeated (pad) or left out "
                           "(drop)."),
-        click.option("--prefetch", default=DEFAULTS.prefetch, show_default=True,
+        click.option("--prefetch", default=DEFAULTS.prefetch, show_default=True, type=COUNT,
                      help="Batches in flight ahead of the consumer."),
-        click.option("--concurrency", default=DEFAULTS.concurrency, show_default=True, help="Reads in flight."),
-        click.option("--decode-threads", default=DEFAULTS.decode_threads, show_default=True,
+        click.option("--concurrency", default=DEFAULTS.concurrency, show_default=True, type=COUNT,
+                     help="Reads in flight."),
+        click.option("--decode-threads", default=DEFAULTS.decode_threads, show_default=True, type=NON_NEGATIVE,
                      help="Native decoder threads; 0: one per core, at most 8."),
         click.option("--consistency", type=click.Choice(CONSISTENCY_LEVELS, case_sensitive=False),
                      default=DEFAULTS.consistency, show_default=True, help="Consistency level of the reads."),
@@ -82,20 +87,25 @@ def loader_flags(command):
 
 def options_from_flags(batch_size, decode, channels, resize, seed, no_shuffle, rank, world_size, remainder, prefetch,
                        concurrency, decode_threads, consistency, missing, **fields) -> LoaderOptions:
-    """The LoaderOptions the flags of ``loader_flags`` describe (validated once, there)."""
+    """The LoaderOptions the flags of ``loader_flags`` describe (validated once, there: a combination they refuse,
+    such as --rank beyond --world-size, is a usage error like a bad value of one flag)."""
     size = parse_size(decode)
     if isinstance(size, Decode):
         size = Decode(size.height, size.width, channels=int(channels), crop=resize == "crop")
-    return LoaderOptions(batch_size=batch_size, decode=size, shuffle=not no_shuffle, seed=seed, rank=rank,
-                         world_size=world_size, remainder=remainder, prefetch=prefetch, concurrency=concurrency,
-                         decode_threads=decode_threads, consistency=consistency.upper(), missing=missing, **fields)
+    try:
+        return LoaderOptions(batch_size=batch_size, decode=size, shuffle=not no_shuffle, seed=seed, rank=rank,
+                             world_size=world_size, remainder=remainder, prefetch=prefetch, concurrency=concurrency,
+                             decode_threads=decode_threads, consistency=consistency.upper(), missing=missing,
+                             **fields)
+    except LoaderOptionsError as error:
+        raise click.UsageError(str(error)) from None
 
 
 @main.command()
 @click.argument("dataset")
 @click.argument("split")
 @click.option("--part", default="train", show_default=True, help="Part of the split to read.")
-@click.option("--epochs", default=1, show_default=True)
+@click.option("--epochs", default=1, show_default=True, type=COUNT)
 @loader_flags
 @click.pass_context
 def load(ctx, dataset, split, part, epochs, **flags):

@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from ringfeed.cli.app import console
+from ringfeed.cli.app import console, err_console
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True,
                            help="Print one JSON document (stable keys, see the docs) instead of tables.")
@@ -40,8 +40,9 @@ class RateColumn(ProgressColumn):
 
 
 def progress_bar() -> Progress:
+    """A progress bar on stderr: stdout keeps the command's result."""
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-                    RateColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console)
+                    RateColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err_console)
 
 
 def print_label_table(schema, counts, sizes, this_run=None) -> None:

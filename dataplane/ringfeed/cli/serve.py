@@ -9,6 +9,7 @@ import click
 
 from ringfeed.cli.app import main
 from ringfeed.cli.load import loader_flags, options_from_flags
+from ringfeed.cli.types import COUNT, PORT, VERSION
 from ringfeed_client.protocol import DEFAULT_FEED_DIR, FEED_DIR_ENV, TRAININGJOB_ENV
 
 DEFAULT_PORT = 8477
@@ -18,13 +19,13 @@ DEFAULT_PORT = 8477
 @click.argument("dataset")
 @click.argument("split")
 @click.option("--part", default="train", show_default=True, help="Part of the split to feed.")
-@click.option("--version", "split_version", type=int, default=None, help="Version of the split (default: latest).")
-@click.option("--epochs", default=1, show_default=True, help="Epochs to feed before saying done.")
+@click.option("--version", "split_version", type=VERSION, default=None, help="Version of the split (default: latest).")
+@click.option("--epochs", default=1, show_default=True, type=COUNT, help="Epochs to feed before saying done.")
 @click.option("--feed-dir", envvar=FEED_DIR_ENV, default=DEFAULT_FEED_DIR, show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help=f"Shared-memory directory of the handoff (socket and slots) [env {FEED_DIR_ENV}].")
 @click.option("--bind", default="0.0.0.0", show_default=True, help="Address of the HTTP port.")
-@click.option("--http-port", default=DEFAULT_PORT, show_default=True,
+@click.option("--http-port", default=DEFAULT_PORT, show_default=True, type=PORT,
               help="Port of /healthz, /readyz, /status and /metrics.")
 @click.option("--trainingjob", envvar=TRAININGJOB_ENV, default="", show_default=False,
               help=f"The TrainingJob this rank belongs to: the `trainingjob` label of the metrics [env "

@@ -9,6 +9,9 @@ from rich.table import Table
 
 from ringfeed.cli.app import console, main, open_store
 from ringfeed.cli.render import JSON_OPTION, human_bytes, print_json, print_table, progress_bar, split_json
+from ringfeed.cli.types import NON_NEGATIVE, SEED, VERSION, IntList
+
+RATIOS = IntList("7,2,1")
 
 
 @main.group()
@@ -16,30 +19,25 @@ def split():
     """Train/val/test (or k-fold) splits computed from a dataset's metadata, stored as immutable versions."""
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: give comma-separated integers, e.g. 7,2,1") from None
-
-
 @split.command("create")
 @click.argument("dataset")
 @click.argument("name")
-@click.option("--ratios", default=None, metavar="R1,R2,…", help="Part ratios as integers, e.g. 7,2,1 (default 7,2,1).")
-@click.option("--folds", type=int, default=0, help="k-fold cross-validation: k equal parts (instead of --ratios).")
+@click.option("--ratios", type=RATIOS, default=None, metavar="R1,R2,…",
+              help="Part ratios as positive integers, e.g. 7,2,1 (default 7,2,1).")
+@click.option("--folds", type=NON_NEGATIVE, default=0,
+              help="k-fold cross-validation: k equal parts (instead of --ratios).")
 @click.option("--names", default="", metavar="N1,N2,…",
               help="Part names (default train,val,test for three ratios, fold0… for folds).")
 @click.option("--group-by", "group_by", multiple=True, metavar="COLUMN",
               help="Keep all samples sharing these values in one part, e.g. patient_id (repeatable).")
 @click.option("--balance", default="natural", show_default=True,
               help="natural (the data's class ratio), equal, or weights per label: 0=1,1=1 or normal=1,tumor=2.")
-@click.option("--max-samples", type=int, default=0, help="Cap on the total number of samples (0: none).")
+@click.option("--max-samples", type=NON_NEGATIVE, default=0, help="Cap on the total number of samples (0: none).")
 @click.option("--max-per-part", default="", metavar="PART=N,…", help="Caps per part, e.g. val=5000,test=5000.")
 @click.option("--where", "filters", multiple=True, metavar="FILTER",
               help="Metadata filter (repeatable, all must hold): 'slide_num < 5', \"scanner == 'aperio'\", "
                    "'label in (0, 1)'.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Another seed gives another assignment.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Another seed gives another assignment.")
 @click.pass_context
 def split_create(ctx, dataset, name, ratios, folds, names, group_by, balance, max_samples, max_per_part, filters,
                  seed):
@@ -77,7 +75,7 @@ def spec_from_options(ratios, folds, names, group_by, balance, max_samples, max_
     if ratios and folds:
         raise click.UsageError("give --ratios or --folds, not both")
     return SplitSpec(
-        ratios=() if folds else _int_list(ratios or "7,2,1"), folds=folds,
+        ratios=() if folds else RATIOS.convert(ratios or "7,2,1", None, None), folds=folds,
         names=tuple(n.strip() for n in names.split(",") if n.strip()), group_by=tuple(group_by),
         balance=balance if balance in ("natural", "equal") else parse_weights(balance, "balance weight"),
         max_samples=max_samples, max_per_part=parse_weights(max_per_part, "max per part") if max_per_part else (),
@@ -132,7 +130,7 @@ def split_list(ctx, dataset, as_json):
 @split.command("show")
 @click.argument("dataset")
 @click.argument("name")
-@click.option("--version", type=int, default=None, help="Default: the latest.")
+@click.option("--version", type=VERSION, default=None, help="Default: the latest.")
 @JSON_OPTION
 @click.pass_context
 def split_show(ctx, dataset, name, version, as_json):
@@ -152,7 +150,7 @@ def split_show(ctx, dataset, name, version, as_json):
 @click.argument("dataset")
 @click.argument("name")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--version", type=int, default=None, help="Default: the latest.")
+@click.option("--version", type=VERSION, default=None, help="Default: the latest.")
 @click.pass_context
 def split_export(ctx, dataset, name, file, version):
     """Write a split's UUIDs to FILE (.parquet: columns part, uuid; .npz: one (n, 16) uint8 array per part),
@@ -186,7 +184,7 @@ def split_import(ctx, dataset, file, name):
 @split.command("delete")
 @click.argument("dataset")
 @click.argument("name")
-@click.option("--version", type=int, default=None, help="Delete only this version (default: all of them).")
+@click.option("--version", type=VERSION, default=None, help="Delete only this version (default: all of them).")
 @click.confirmation_option(prompt="Delete the split?")
 @click.pass_context
 def split_delete(ctx, dataset, name, version):

@@ -133,13 +133,36 @@ class LocalRing:
         shutil.rmtree(self._node_dir(index), ignore_errors=True)
         return index
 
-    def down(self, purge: bool = False) -> None:
-        """Stop every node (SIGTERM, then SIGKILL after a grace period); ``purge`` also deletes data and state."""
+    def down(self, purge: bool = False) -> list[int]:
+        """Stop every node (SIGTERM, then SIGKILL after a grace period); ``purge`` also deletes data and state.
+        Returns the nodes that were running."""
+        stopped = []
         for index in sorted(self._known_nodes(), reverse=True):
-            self._stop_pid(index)
+            if self._running(index):
+                self._stop_pid(index)
+                stopped.append(index)
         if purge:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self._members = []
+        return sorted(stopped)
+
+    @property
+    def exists(self) -> bool:
+        """True when ``state_dir`` holds a ring (started at least once, not purged), running or not."""
+        return (self.state_dir / "ring.json").exists() or bool(self._known_nodes())
+
+    def running_nodes(self) -> list[int]:
+        """Indices of the nodes whose JVM runs now."""
+        return [index for index in sorted(self._known_nodes()) if self._running(index)]
+
+    def require(self, running: bool = False) -> None:
+        """RingfeedError unless ``state_dir`` holds a ring (``running``: with its seed, node 1, running)."""
+        if not self.exists:
+            raise RingfeedError(f"no local ring in {self.state_dir}: start one with `ringfeed local up` (a ring "
+                                "kept elsewhere: --state-dir DIR or RINGFEED_LOCAL_DIR)")
+        if running and not self._running(1):
+            raise RingfeedError(f"the local ring in {self.state_dir} is not running: start it with "
+                                "`ringfeed local up`")
 
     def status(self) -> list[NodeStatus]:
         rows = []

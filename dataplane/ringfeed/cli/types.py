@@ -1,0 +1,66 @@
+"""The value types of the CLI's options: a bad value is click's usage error (one line, exit 2), found before any
+server is reached, never a traceback or a JVM that fails to start.
+
+Every option that is a port, a count, a size or a list of numbers takes one of these instead of parsing its text in
+the command (``dataplane/tests/unit/test_cli_values.py`` tries each kind of bad value on every command).
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+PORT = click.IntRange(1, 65535)
+COUNT = click.IntRange(min=1)  # nodes, workers, requests in flight, epochs, batch sizes: at least one
+NON_NEGATIVE = click.IntRange(min=0)  # caps and seeds where 0 means "none" or is a value
+SEED = click.IntRange(0, 2**64 - 1)
+VERSION = click.IntRange(min=1)  # a stored split's version
+
+
+class IntList(click.ParamType):
+    """Comma-separated positive integers: ``3,224,224`` → (3, 224, 224)."""
+
+    name = "N,N,…"
+
+    def __init__(self, example: str):
+        self.example = example
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        parts = [part.strip() for part in str(value).split(",") if part.strip()]
+        if not parts or not all(part.isdigit() and int(part) > 0 for part in parts):
+            self.fail(f"{value!r}: give comma-separated positive integers, e.g. {self.example}", param, ctx)
+        return tuple(int(part) for part in parts)
+
+
+_BYTE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+               "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+class ByteSize(click.ParamType):
+    """A size in bytes: ``1GiB``, ``512MiB``, ``2G``, ``1500000``."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*", str(value).lower())
+        if not match or float(match[1]) <= 0:
+            self.fail(f"{value!r} is not a size (e.g. 512MiB, 2GiB, 4G)", param, ctx)
+        return int(float(match[1]) * _BYTE_UNITS[match[2] or ""])
+
+
+class JvmSize(click.ParamType):
+    """A JVM memory size as -Xmx takes it: ``768M``, ``1g``, ``2048m`` (checked here: a JVM given another would
+    refuse to start, after the wait for it)."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        text = str(value)
+        if not re.fullmatch(r"[1-9][0-9]*[kKmMgG]?", text):
+            self.fail(f"{text!r} is not a JVM memory size (e.g. 768M, 1g, 2G)", param, ctx)
+        return text
