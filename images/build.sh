@@ -7,6 +7,8 @@
 #                     registry
 #   build.sh push [REGISTRY]   push every built image to REGISTRY/ringfeed/<name>:<tag> (default: the local
 #                     registry); a registry's login comes from REGISTRY_AUTH_FILE (a docker config) or `buildah login`
+#   build.sh chart [REGISTRY]  package the chart for REGISTRY (its images by the digests pushed there, CRDs copied in)
+#                     into $RINGFEED_CACHE/chart and push it as oci://REGISTRY/charts/ringfeed
 #   build.sh archives every image as an OCI archive in $RINGFEED_CACHE/images (kind load image-archive)
 #   build.sh wheels   only the wheelhouses that are the Dockerfiles' build contexts (for a Docker build elsewhere)
 #   build.sh image NAME   (development) wheels and images/NAME alone, pushed to the local registry; the next `all`
@@ -168,18 +170,22 @@ ring_images() { # cass-operator, its config builder and the Cassandra + MAAC ima
     fi
 }
 
-push_images() { # [registry]: each image not yet pushed there as this build; its digest into $cache/pushed/<registry>/
-    local target=${1:-local} registry via=() options=(--quiet)
-    if [[ $target == local ]]; then
+use_registry() { # target ("local" or host[:port][/path]): sets registry, via (how to reach it), auth_file, ca_dir
+    if [[ $1 == local ]]; then
         "$repo/e2e/cluster/cluster.sh" registry >/dev/null
         # shellcheck source=/dev/null  # written by cluster.sh registry: REGISTRY, AUTH_FILE, CERT_DIR, NETNS
         source "${RINGFEED_CLUSTER_DIR:-$repo/.state/cluster}/registry.env"
-        registry=$REGISTRY via=(nsenter --net="/run/netns/$NETNS" --)
-        options+=(--authfile "$AUTH_FILE" --cert-dir "$CERT_DIR")
+        registry=$REGISTRY via=(nsenter --net="/run/netns/$NETNS" --) auth_file=$AUTH_FILE ca_dir=$CERT_DIR
     else
-        registry=${target%/}
-        [[ -n ${REGISTRY_AUTH_FILE:-} ]] && options+=(--authfile "$REGISTRY_AUTH_FILE")
+        registry=${1%/} via=() auth_file=${REGISTRY_AUTH_FILE:-} ca_dir=
     fi
+}
+
+push_images() { # [registry]: each image not yet pushed there as this build; its digest into $cache/pushed/<registry>/
+    local registry via auth_file ca_dir options=(--quiet)
+    use_registry "${1:-local}"
+    [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
+    [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
     local pushed=$cache/pushed/${registry//\//_} image name id digest
     mkdir -p "$pushed"
     for image in "${cluster_images[@]}"; do
@@ -190,6 +196,16 @@ push_images() { # [registry]: each image not yet pushed there as this build; its
         echo "$id $digest $registry/ringfeed/$name" >"$pushed/${name%%:*}"
         echo "images: pushed $registry/ringfeed/$name@$digest"
     done
+}
+
+chart() { # [registry]: the packaged chart, pinned to the images pushed there, pushed there
+    local registry via auth_file ca_dir options=()
+    use_registry "${1:-local}"
+    [[ -n $auth_file ]] && options+=(--registry-config "$auth_file")
+    [[ -n $ca_dir ]] && options+=(--ca-file "$ca_dir/ca.crt")
+    "${via[@]}" "$python" "$repo/scripts/package-chart.py" --helm "$RINGFEED_CACHE/k8s/bin/helm" \
+        --pushed "$cache/pushed/${registry//\//_}" --registry "$registry" --out "$RINGFEED_CACHE/chart" --push \
+        "${options[@]}"
 }
 
 archives() { # every image as an OCI archive (for `kind load image-archive`), rewritten when the image changed
@@ -248,7 +264,8 @@ case "${1:-}" in
     all) all ;;
     image) one "${2:?usage: build.sh image NAME}" ;;
     push) setup_buildah; push_images "${2:-local}" ;;
+    chart) chart "${2:-local}" ;;
     archives) archives ;;
     wheels) build_wheels ;;
-    *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -40,9 +40,15 @@ done
 
 step "etcd v$ETCD_VERSION"
 (cd "$here/gomod/etcd" && go build -trimpath -o "$out/bin/etcd" .)
+# helm template and lint assume the Kubernetes of the client-go they are built with (as helm's own Makefile sets);
+# unset, they assume 1.20 and refuse a chart that needs a newer one (kubeVersion).
+helm_kube=""
+for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    helm_kube+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$minor"
+done
 step "helm v$HELM_VERSION"
 (cd "$here/gomod/helm" && go build -trimpath -o "$out/bin/helm" \
-    -ldflags "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+    -ldflags "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean $helm_kube" \
     helm.sh/helm/v3/cmd/helm)
 step "kwok v$KWOK_VERSION"
 (cd "$here/gomod/kwok" && go build -trimpath -o "$out/bin/kwok" sigs.k8s.io/kwok/cmd/kwok)

@@ -6,7 +6,8 @@
   `e2e/cluster/cluster.sh run .venv/bin/python -m pytest e2e/tests`.
 - `reuse`: the local cluster already running from .state/cluster (`make cluster-up`), left running.
 - `kubeconfig`: any cluster named by $KUBECONFIG (kind: `make kind-up`), with the images already loaded.
-Images come from `make images` (imported into the local cluster at its start).
+Images come from `make images`, pushed to the cluster's registry; the chart from `make chart`, pushed there too. The
+node pulls them with each namespace's pull Secret, as any cluster's node does.
 `namespace` (function): a fresh namespace per test, deleted afterwards; when the test fails, pod logs, events and
 every object's YAML are written to artifacts/<test>/ first.
 `prometheus` (session, local cluster): a real Prometheus scraping the cluster's annotated targets throughout, with the
@@ -34,7 +35,7 @@ from ringfeed.store import Store
 from kubecluster import (
     CACHE,
     CASS_OPERATOR_CRDS,
-    CHART,
+    CHART_INSTALL,
     CRDS,
     LOCAL_SETTINGS,
     RELEASE,
@@ -124,6 +125,7 @@ def namespace(cluster: Cluster, request) -> str:
     name = f"{base}-{uuid.uuid4().hex[:6]}"
     cluster.core.create_namespace(client.V1Namespace(
         metadata=client.V1ObjectMeta(name=name, labels={"ringfeed.io/test": "true"})))
+    cluster.allow_pulls(name)
     # Pods are admitted only once the namespace's default ServiceAccount exists.
     cluster.wait(f"ServiceAccount default in {name}",
                  lambda: cluster.core.list_namespaced_service_account(
@@ -223,9 +225,12 @@ def source(tmp_path_factory, cluster: Cluster, ns: str):
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster):
-    """The chart installed with the local values; uninstalled (and its CRDs removed) at the end."""
-    cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM, "--create-namespace", *LOCAL_SETTINGS,
-                 "--wait", "--timeout", "180s", timeout=240)
+    """The packaged chart, from the registry, installed with the local values; uninstalled (and its CRDs removed) at
+    the end."""
+    cluster.kubectl("create", "namespace", SYSTEM)
+    cluster.allow_pulls(SYSTEM)
+    cluster.helm("install", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--wait", "--timeout", "180s",
+                 timeout=240)
     try:
         yield RELEASE
     finally:
@@ -242,6 +247,7 @@ def ns(cluster: Cluster, release, request):
     module = request.module.__name__.removeprefix("test_").replace("_", "-")
     name = f"e2e-{module}-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", name)
+    cluster.allow_pulls(name)
     # What a platform team sets: the restricted Pod Security level, unless the module says otherwise (the cache
     # tier's namespace, whose FUSE Pods are privileged).
     labels = getattr(request.module, "NAMESPACE_LABELS", RESTRICTED)

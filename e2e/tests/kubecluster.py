@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -18,8 +19,19 @@ IMAGE_VERSION = "0.1.0"
 # Node i of the tests' Cassandra ring (a ring outside the cluster) listens on PREFIX + i: an address of this machine
 # that the cluster's Pods reach. Default: the local cluster's node IP, 10.244.0.1, on its bridge.
 RING_ADDRESS_PREFIX = os.environ.get("RINGFEED_E2E_RING_PREFIX", "10.244.0.")
-# The chart as the operator's tests install it.
+# The cluster's image registry (e2e/cluster/cluster.sh registry): every image is pulled from it with PULL_SECRET, a
+# Secret made from its login in each namespace that runs Pods; nothing is imported into the node beforehand.
+REGISTRY = os.environ.get("RINGFEED_E2E_REGISTRY", "10.244.0.1:5000")
+REGISTRY_LOGIN = STATE / "registry-auth.json"
+REGISTRY_CA = STATE / "pki" / "ca.crt"
+PULL_SECRET = "ringfeed-pull"
+# What a Pod spec of the tests' own (not made by the operator) adds to pull its image.
+PULL = {"imagePullSecrets": [{"name": PULL_SECRET}]}
+# The chart's source (for helm template and lint) and the package `make chart` pushed to the registry, which the
+# tests install as a user would: helm install oci://….
 CHART = REPO / "charts" / "ringfeed"
+CHART_PACKAGE = f"oci://{REGISTRY}/charts/ringfeed"
+CHART_INSTALL = (CHART_PACKAGE, "--version", IMAGE_VERSION, "--ca-file", str(REGISTRY_CA))
 LOCAL_VALUES = REPO / "e2e" / "values-local.yaml"
 # The cache tiers' FUSE mounts: the local cluster's shared mount (e2e/cluster/cluster.sh makes it).
 CACHE_HOST_DIR = os.environ.get("RINGFEED_E2E_CACHE_HOST_DIR", str(STATE / "cache-mounts"))
@@ -47,11 +59,20 @@ class Cluster:
 
     @staticmethod
     def image(name: str) -> str:
-        return f"localhost/ringfeed/{name}:{IMAGE_VERSION}"
+        return f"{REGISTRY}/ringfeed/{name}:{IMAGE_VERSION}"
+
+    def allow_pulls(self, namespace: str) -> None:
+        """The registry's login as the namespace's pull Secret (a kubernetes.io/dockerconfigjson), as a platform
+        team puts one in each tenant namespace."""
+        login = base64.b64encode(REGISTRY_LOGIN.read_bytes()).decode()
+        self.core.create_namespaced_secret(namespace, client.V1Secret(
+            metadata=client.V1ObjectMeta(name=PULL_SECRET), type="kubernetes.io/dockerconfigjson",
+            data={".dockerconfigjson": login}))
 
     def run(self, tool: str, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), HELM_CACHE_HOME=str(STATE / "helm" / "cache"),
-                   HELM_CONFIG_HOME=str(STATE / "helm" / "config"), HELM_DATA_HOME=str(STATE / "helm" / "data"))
+                   HELM_CONFIG_HOME=str(STATE / "helm" / "config"), HELM_DATA_HOME=str(STATE / "helm" / "data"),
+                   HELM_REGISTRY_CONFIG=str(REGISTRY_LOGIN))
         result = subprocess.run([str(self.bin / tool), *args], env=env, capture_output=True, text=True,
                                 timeout=timeout)
         if check and result.returncode != 0:

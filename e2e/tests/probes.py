@@ -13,7 +13,7 @@ import socket
 
 from kubernetes import client
 
-from kubecluster import Cluster
+from kubecluster import PULL_SECRET, Cluster
 
 CONNECT_TIMEOUT_S = 1.0
 OPEN, BLOCKED = "open", "blocked"
@@ -56,10 +56,11 @@ def sleeper(cluster: Cluster, name: str, labels: dict[str, str] | None = None) -
         metadata=client.V1ObjectMeta(name=name, labels=labels or {}),
         spec=client.V1PodSpec(
             termination_grace_period_seconds=1, automount_service_account_token=False,
+            image_pull_secrets=[client.V1LocalObjectReference(name=PULL_SECRET)],
             security_context=client.V1PodSecurityContext(
                 run_as_non_root=True, seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")),
             containers=[client.V1Container(
-                name="main", image=cluster.image("dataplane"), image_pull_policy="Never",
+                name="main", image=cluster.image("dataplane"),
                 command=["python3", "-c", SLEEP],
                 security_context=client.V1SecurityContext(
                     allow_privilege_escalation=False, capabilities=client.V1Capabilities(drop=["ALL"])))]))
@@ -83,6 +84,7 @@ def check_isolated(cluster: Cluster, namespace: str, targets: dict[str, str],
     rogue_namespace = f"{namespace[:50]}-rogue"
     cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=rogue_namespace, labels={
         "ringfeed.io/test": "true", "pod-security.kubernetes.io/enforce": "restricted"})))
+    cluster.allow_pulls(rogue_namespace)
     sources = {"rogue": (rogue_namespace, {}), "stranger": (namespace, {})}
     found: dict[str, dict[str, str]] = {}
     for name, (labels, _) in (insiders or {}).items():

@@ -21,7 +21,7 @@ from ringfeed.splits import load_split
 from test_trainingjob import trained_by_rank, wait_phase
 
 from conftest import CUDA_CLAIM
-from kubecluster import CACHE_HOST_DIR, GROUP, VERSION, Cluster
+from kubecluster import CACHE_HOST_DIR, GROUP, PULL, VERSION, Cluster
 from test_operator import condition, create, dataset_manifest, events, get, wait_ready
 
 DATASET, SPLIT = "cached-slides", "cached-by-patient"
@@ -75,7 +75,7 @@ def posix_trainingjob(name: str) -> dict:
             "template": {"spec": {
                 "restartPolicy": "Never",
                 "containers": [{
-                    "name": "trainer", "image": Cluster.image("trainer"), "imagePullPolicy": "Never",
+                    "name": "trainer", "image": Cluster.image("trainer"),
                     "volumeMounts": [{"name": "cuda-libraries", "readOnly": True,
                                       "mountPath": "/opt/trainer/lib/python3.11/site-packages/nvidia"}],
                     "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
@@ -171,8 +171,8 @@ def test_a_posix_trainingjob_trains_two_epochs_with_imagefolder_reading_every_fi
 def reader_pod(ns: str) -> dict:
     """A Pod that mounts the node's folder of the tier as a posix TrainingJob does (read-only, HostToContainer)."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader"}, "spec": {
-        "restartPolicy": "Never", "automountServiceAccountToken": False,
-        "containers": [{"name": "reader", "image": Cluster.image("trainer"), "imagePullPolicy": "Never",
+        "restartPolicy": "Never", "automountServiceAccountToken": False, **PULL,
+        "containers": [{"name": "reader", "image": Cluster.image("trainer"),
                         "command": ["python", "-c", "import time; time.sleep(3600)"],
                         "volumeMounts": [{"name": "cache", "mountPath": "/data", "readOnly": True,
                                           "mountPropagation": "HostToContainer"}]}],

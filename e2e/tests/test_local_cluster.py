@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from kubecluster import Cluster
+from kubecluster import PULL_SECRET, Cluster
 
 SMOKE_CHART = Path(__file__).parent / "charts" / "smoke"
 
@@ -17,13 +17,13 @@ SMOKE_CHART = Path(__file__).parent / "charts" / "smoke"
 def pod_spec(containers: list[client.V1Container], **kwargs) -> client.V1PodSpec:
     return client.V1PodSpec(
         containers=containers, restart_policy="Never", termination_grace_period_seconds=1,
+        image_pull_secrets=[client.V1LocalObjectReference(name=PULL_SECRET)],
         security_context=client.V1PodSecurityContext(run_as_non_root=True), **kwargs)
 
 
 def container(name: str, image: str, command: list[str] | None = None, args: list[str] | None = None,
               **kwargs) -> client.V1Container:
-    return client.V1Container(name=name, image=image, image_pull_policy="Never", command=command, args=args,
-                              **kwargs)
+    return client.V1Container(name=name, image=image, command=command, args=args, **kwargs)
 
 
 def run_pod(cluster: Cluster, namespace: str, name: str, spec: client.V1PodSpec) -> client.V1Pod:
@@ -188,7 +188,8 @@ def test_containers_of_a_pod_share_a_memory_emptydir(cluster: Cluster, namespace
 
 def test_helm_install_and_uninstall(cluster: Cluster, namespace: str):
     cluster.helm("install", "smoke", str(SMOKE_CHART), "-n", namespace, "--set", "message=installed by helm",
-                 "--wait", "--wait-for-jobs", "--timeout", "90s")
+                 "--set", f"image={cluster.image('dataplane')}", "--set", f"pullSecret={PULL_SECRET}", "--wait",
+                 "--wait-for-jobs", "--timeout", "90s")
     assert "STATUS: deployed" in cluster.helm("status", "smoke", "-n", namespace).stdout
     config = cluster.core.read_namespaced_config_map("smoke-message", namespace)
     assert config.data == {"message": "installed by helm"}

@@ -25,7 +25,7 @@ from kubernetes import client
 from probes import BLOCKED, CONNECT_TIMEOUT_S, OPEN, PROBE, SLEEP, connect, verdict
 
 from conftest import ARTIFACTS
-from kubecluster import Cluster
+from kubecluster import PULL_SECRET, Cluster
 
 pytestmark = pytest.mark.skipif(os.environ.get("RINGFEED_TEST_CLUSTER") == "kubeconfig",
                                 reason="the table names the local cluster's node IP and its engine's choices")
@@ -116,10 +116,11 @@ def restricted_pod(cluster: Cluster, name: str, labels: dict[str, str], serves: 
         metadata=client.V1ObjectMeta(name=name, labels=labels),
         spec=client.V1PodSpec(
             termination_grace_period_seconds=1,
+            image_pull_secrets=[client.V1LocalObjectReference(name=PULL_SECRET)],
             security_context=client.V1PodSecurityContext(
                 run_as_non_root=True, seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault")),
             containers=[client.V1Container(
-                name="main", image=cluster.image("dataplane"), image_pull_policy="Never", command=command,
+                name="main", image=cluster.image("dataplane"), command=command,
                 ports=ports, readiness_probe=probe,
                 security_context=client.V1SecurityContext(
                     allow_privilege_escalation=False, capabilities=client.V1Capabilities(drop=["ALL"])))]))
@@ -166,6 +167,7 @@ def network(cluster: Cluster, request):
     for namespace in sides.values():
         cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace, labels={
             "ringfeed.io/test": "true", "pod-security.kubernetes.io/enforce": "restricted"})))
+        cluster.allow_pulls(namespace)
     try:
         for side, pods in PODS.items():
             namespace = sides[side]

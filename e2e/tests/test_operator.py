@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +24,20 @@ from ringfeed.splits import SplitSpec, load_split
 from ringfeed.splits.engine import compute_split
 
 from conftest import PATIENTS, SAMPLES_CLAIM, host_directory_claim
-from kubecluster import CHART, CRDS, GROUP, LOCAL_SETTINGS, RELEASE, REPO, SYSTEM, VERSION, Cluster
+from kubecluster import (
+    CHART,
+    CHART_INSTALL,
+    CRDS,
+    GROUP,
+    LOCAL_SETTINGS,
+    PULL_SECRET,
+    REGISTRY,
+    RELEASE,
+    REPO,
+    SYSTEM,
+    VERSION,
+    Cluster,
+)
 from prometheus import lint
 
 # -- helpers -----------------------------------------------------------------------------------------------------
@@ -126,8 +140,11 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
     pod = deployment["spec"]["template"]["spec"]
     assert "hostNetwork" not in pod
-    assert "--job-image=localhost/ringfeed/dataplane:0.1.0" in pod["containers"][0]["args"]
-    assert "--ring-image=localhost/ringfeed/cassandra-maac:5.0.9" in pod["containers"][0]["args"]
+    # Every image from global.imageRegistry, every Pod pulling with global.imagePullSecrets.
+    assert f"--job-image={REGISTRY}/ringfeed/dataplane:0.1.0" in pod["containers"][0]["args"]
+    assert f"--ring-image={REGISTRY}/ringfeed/cassandra-maac:5.0.9" in pod["containers"][0]["args"]
+    assert f"--image-pull-secrets={PULL_SECRET}" in pod["containers"][0]["args"]
+    assert pod["imagePullSecrets"] == [{"name": PULL_SECRET}]
     # cass-operator comes with the chart (its CRDs, Deployment, RBAC, image configuration) unless one exists.
     cass_operator = {(d["kind"], d["metadata"]["name"]) for d in documents
                      if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "cass-operator"}
@@ -155,9 +172,24 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
 
 def test_install_brings_the_operator_up(cluster: Cluster, release):
     status = cluster.helm("status", RELEASE, "-n", SYSTEM).stdout
-    assert "STATUS: deployed" in status and "kubectl explain dataset.spec" in status  # NOTES.txt
+    assert "STATUS: deployed" in status and "kubectl explain ring.spec" in status  # NOTES.txt
+    assert all(f"  {kind} " in status for kind in ("Ring", "Dataset", "Split", "TrainingJob"))
     deployment = cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM)
     assert deployment.status.available_replicas == 1
+    # Installed from the packaged chart: every image from the registry, pinned by digest.
+    pod = deployment.spec.template.spec
+    images = [pod.containers[0].image, *(arg.split("=", 1)[1] for arg in pod.containers[0].args
+                                         if arg.split("=")[0] in ("--job-image", "--ring-image", "--cache-image"))]
+    assert len(images) == 4 and all(re.fullmatch(rf"{REGISTRY}/ringfeed/[a-z-]+:[0-9.]+@sha256:[0-9a-f]{{64}}", image)
+                                    for image in images), images
+    # Nothing was imported into the node: what it holds beside its pause image, it pulled from the registry.
+    node_images = {name for image in cluster.core.read_node(cluster.node).status.images for name in image.names
+                   if not name.startswith("sha256:")}
+    assert {name for name in node_images if not name.startswith(f"{REGISTRY}/")} == {"localhost/ringfeed/pause:1.0"}
+    # helm test: the operator answers, the CRDs are established, each sample passes a server-side dry run.
+    tested = cluster.helm("test", RELEASE, "-n", SYSTEM, "--logs", timeout=180).stdout
+    assert "PASS operator" in tested and "PASS crds" in tested and "PASS samples" in tested, tested
+    assert "FAIL" not in tested, tested
     for crd in CRDS:
         established = cluster.kubectl("get", "crd", crd, "-o",
                                       "jsonpath={.status.conditions[?(@.type=='Established')].status}").stdout
@@ -395,7 +427,7 @@ def test_operator_killed_mid_reconcile_converges(cluster: Cluster, ns: str, ring
 
 
 def test_upgrade_keeps_objects_and_uninstall_removes_the_operator(cluster: Cluster, ns: str, release):
-    cluster.helm("upgrade", RELEASE, str(CHART), "-n", SYSTEM, *LOCAL_SETTINGS, "--set",
+    cluster.helm("upgrade", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--set",
                  "operator.verbose=false", "--wait", "--timeout", "180s", timeout=240)
     assert json.loads(cluster.helm("status", RELEASE, "-n", SYSTEM, "-o", "json").stdout)["version"] == 2
     deployment = cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM)
@@ -411,6 +443,6 @@ def test_upgrade_keeps_objects_and_uninstall_removes_the_operator(cluster: Clust
     assert cluster.helm("list", "-n", SYSTEM, "-q").stdout.strip() == ""
     # The CRDs, and so every Dataset, stay (resource-policy keep); a reinstall adopts them.
     assert get(cluster, ns, "datasets", "slides") is not None
-    cluster.helm("install", RELEASE, str(CHART), "-n", SYSTEM, *LOCAL_SETTINGS, "--wait", "--timeout",
+    cluster.helm("install", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--wait", "--timeout",
                  "180s", timeout=240)
     assert cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM).status.available_replicas == 1

@@ -19,6 +19,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -46,7 +47,7 @@ from ringfeed_operator.pki import KeyPair, issue, new_ca
 from test_trainingjob import trainingjob, wait_phase
 
 from conftest import SAMPLES_CLAIM, TEST_STATE
-from kubecluster import CACHE_HOST_DIR, GROUP, SYSTEM, VERSION, Cluster
+from kubecluster import CACHE_HOST_DIR, GROUP, PULL_SECRET, REGISTRY, SYSTEM, VERSION, Cluster
 from prometheus import Prometheus
 from test_operator import condition, create, events, get, wait_ready
 
@@ -337,7 +338,10 @@ def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
     dc = cluster.custom.get_namespaced_custom_object("cassandra.datastax.com", "v1beta1", ns, "cassandradatacenters",
                                                      RING)
     assert dc["spec"]["size"] == 1 and dc["metadata"]["ownerReferences"][0]["uid"] == ring["metadata"]["uid"]
-    assert dc["spec"]["serverImage"] == "localhost/ringfeed/cassandra-maac:5.0.9"
+    # The chart's Cassandra image, pulled from the registry by the digest `make chart` pinned, with the pull Secret.
+    image = dc["spec"]["serverImage"]
+    assert re.fullmatch(rf"{REGISTRY}/ringfeed/cassandra-maac:5\.0\.9@sha256:[0-9a-f]{{64}}", image), image
+    assert dc["spec"]["podTemplateSpec"]["spec"]["imagePullSecrets"] == [{"name": PULL_SECRET}]
     header, row = cluster.kubectl("get", "rings", RING, "-n", ns).stdout.splitlines()[:2]
     assert header.split()[:6] == ["NAME", "READY", "NODES", "DESIRED", "SCALING", "HELD"], header
     assert row.split()[:5] == [RING, "True", "1", "1", "False"], row

@@ -54,7 +54,7 @@ def trainingjob(name: str, replicas: int = 2, epochs: int = 2, step_delay_s: flo
             "template": {"spec": {
                 "securityContext": RESTRICTED_POD,
                 "containers": [{
-                    "name": TRAINER, "image": Cluster.image("trainer"), "imagePullPolicy": "Never",
+                    "name": TRAINER, "image": Cluster.image("trainer"),
                     "securityContext": RESTRICTED_CONTAINER,
                     "env": [{"name": "STEP_DELAY_S", "value": str(step_delay_s)}],
                     "volumeMounts": [{"name": "checkpoint", "mountPath": "/checkpoint"},

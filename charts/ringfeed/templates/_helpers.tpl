@@ -38,14 +38,22 @@ and the chart's appVersion for an empty tag. Call with (dict "image" <image valu
 {{- $reference -}}
 {{- end -}}
 
-{{- /* The Pods' imagePullSecrets (global.imagePullSecrets), as a Pod spec's field; nothing when there are none. */ -}}
+{{- /* The Pods' imagePullSecrets (global.imagePullSecrets), as a Pod spec's field; empty when there are none. Use:
+{{- with include "ringfeed.imagePullSecrets" . }}{{ . | nindent 6 }}{{ end }} */ -}}
 {{- define "ringfeed.imagePullSecrets" -}}
-{{- with .Values.global.imagePullSecrets }}
+{{- with .Values.global.imagePullSecrets -}}
 imagePullSecrets:
 {{- range . }}
   - name: {{ . }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{- /* The operator Pod's selector as a label selector string (k=v,k=v). */ -}}
+{{- define "ringfeed.selectorString" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := include "ringfeed.selectorLabels" . | fromYaml }}{{ $pairs = append $pairs (printf "%s=%s" $key $value) }}{{ end -}}
+{{- join "," $pairs -}}
 {{- end -}}
 
 {{- /* The ServiceMonitor's, PodMonitors' and PrometheusRule's labels: monitoring.labels is what a Prometheus selects
