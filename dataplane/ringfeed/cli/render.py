@@ -39,10 +39,31 @@ class RateColumn(ProgressColumn):
         return Text(f"{task.speed:,.0f}/s" if task.speed else "-/s", style="cyan")
 
 
+class StderrProgress(Progress):
+    """rich's Progress, but drawing nothing at its end (not even the blank line rich prints on a non-terminal) when
+    it had no task, or when it ends with an error on a non-terminal: the command's one-line error is then the whole
+    of stderr."""
+
+    failed = False
+
+    def __exit__(self, exc_type, exc_val, exc_tb) -> None:
+        self.failed = exc_type is not None and not self.console.is_interactive
+        self.stop()
+
+    def stop(self) -> None:
+        if not self.disable and (self.failed or not self.tasks):
+            self.live.transient = True
+            self.live.stop()
+            return
+        super().stop()
+
+
 def progress_bar() -> Progress:
-    """A progress bar on stderr: stdout keeps the command's result."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-                    RateColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err_console)
+    """A progress bar on stderr: stdout keeps the command's result. Not on a terminal (a pipe, a Job's log), the bar
+    is drawn once, as it ends."""
+    return StderrProgress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TaskProgressColumn(), RateColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                          TimeRemainingColumn(), console=err_console)
 
 
 def print_label_table(schema, counts, sizes, this_run=None) -> None:

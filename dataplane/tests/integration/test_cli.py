@@ -215,3 +215,36 @@ def test_wrong_typed_where_values_get_one_message_shape(cassandra_node, dataset_
         assert proc.returncode == 1, where
         assert proc.stderr.startswith(f"error: {message}"), proc.stderr
     run(cassandra_node, "split", "create", dataset_name, "s", "--where", "site == '001'", "--ratios", "1")
+
+
+def test_progress_goes_to_stderr_and_results_to_stdout(cassandra_node, dataset_name, tmp_path):
+    """Piped, as a script reads them: ingest, split create and load draw their bars on stderr only."""
+    demo = make_demo_set(tmp_path, patients=3)
+    run(cassandra_node, "dataset", "create", dataset_name, "--key", "patient_id", "--key", "slide_num:int", "--key",
+        "x:int", "--key", "y:int", "--meta", "scanner", "--encoding", "jpeg", "--label-names", "normal,tumor")
+    for args, result in [
+        (["ingest", dataset_name, str(demo.manifest)], f"ingested {demo.images:,} samples"),
+        (["split", "create", dataset_name, "by-patient", "--ratios", "2,1", "--group-by", "patient_id"],
+         "stored as version 1"),
+        (["load", dataset_name, "by-patient", "--epochs", "2", "-b", "8"], "epoch 1:"),
+    ]:
+        proc = run(cassandra_node, *args)
+        assert result in proc.stdout, args
+        assert not re.search(r"\beta\b", proc.stdout), proc.stdout
+        assert re.search(r"\beta\b", proc.stderr), (args, proc.stderr)  # the bar, drawn once at its end
+
+
+def test_bad_values_are_usage_errors_in_one_line(cassandra_node):
+    for args in (["ingest", "d", ".", "--metrics-port", "70000"], ["serve", "d", "s", "--http-port", "0"],
+                 ["dataset", "create", "d", "--key", "k", "--encoding", "raw", "--dtype", "uint8", "--shape", "4,x"]):
+        proc = run(cassandra_node, *args, check=False)
+        assert proc.returncode == 2 and proc.stdout == "", args
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error: "), proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_local_down_without_a_ring_says_so_and_fails(tmp_path):
+    proc = subprocess.run([RINGFEED, "local", "--state-dir", str(tmp_path / "none"), "down"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: no local ring is running") and "nothing to stop" in proc.stderr

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import re
 from pathlib import Path
 
 import click
@@ -18,12 +19,13 @@ import ringfeed.cli.datasets as datasets_cli
 import ringfeed.cli.load as load_cli
 from ringfeed.cli import main
 from ringfeed.cli.types import PORT
+from ringfeed.errors import RingfeedError
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.store import DatasetInfo
 
 CLI = Path(load_cli.__file__).parent
 # What a progress bar (render.progress_bar: its "eta" column) or a rich spinner draws: none may reach stdout.
-PROGRESS_MARKS = ("eta", "⠋", "⠙", "⠹")
+PROGRESS = re.compile(r"\beta\b|[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]")
 
 
 def invoke(*args: str, env: dict[str, str] | None = None):
@@ -199,8 +201,8 @@ def test_load_prints_its_progress_on_stderr_and_its_result_on_stdout(monkeypatch
     result = invoke("load", "d", "s", "--epochs", "2")
     assert result.exit_code == 0, result.stderr
     assert "epoch 0: 8 samples" in result.stdout and "epoch 1: 8 samples" in result.stdout
-    assert not any(mark in result.stdout for mark in PROGRESS_MARKS), result.stdout
-    assert "━" in result.stderr and "eta" in result.stderr  # the bar, drawn once at its end on a non-terminal
+    assert not PROGRESS.search(result.stdout), result.stdout
+    assert PROGRESS.search(result.stderr)  # the bar, drawn once at its end on a non-terminal
 
 
 class FakeStore:
@@ -232,8 +234,8 @@ def test_ingest_prints_its_progress_on_stderr_and_its_summary_on_stdout(monkeypa
     result = invoke("ingest", "pets", str(tmp_path))
     assert result.exit_code == 0, result.stderr
     assert "ingested 3 samples" in result.stdout and "now holds 3 samples" in result.stdout
-    assert not any(mark in result.stdout for mark in PROGRESS_MARKS), result.stdout
-    assert "ingest" in result.stderr and "eta" in result.stderr and "3/3" in result.stderr
+    assert not PROGRESS.search(result.stdout), result.stdout
+    assert PROGRESS.search(result.stderr) and "ingest" in result.stderr and "3/3" in result.stderr
 
 
 def test_no_command_draws_a_spinner_or_a_bar_on_stdout():
@@ -249,3 +251,18 @@ def test_no_command_draws_a_spinner_or_a_bar_on_stdout():
     from ringfeed.cli.render import progress_bar
 
     assert progress_bar().console.stderr
+
+
+def test_a_command_that_fails_mid_progress_leaves_its_error_alone_on_stderr(monkeypatch, tmp_path):
+    ingest_module = importlib.import_module("ringfeed.ingest")
+
+    def failing_ingest(store, name, source, options, progress, summary):
+        progress.start(10)
+        progress.advance(3)
+        raise RingfeedError("the ring went away; run the same ingest again")
+
+    monkeypatch.setattr(datasets_cli, "open_store", lambda ctx: FakeStore())
+    monkeypatch.setattr(ingest_module, "ingest", failing_ingest)
+    result = invoke("ingest", "pets", str(tmp_path))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr == "error: the ring went away; run the same ingest again\n"
