@@ -7,14 +7,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from decimal import Decimal
 from typing import Any
+
+from kubernetes.utils import parse_quantity
 
 JOB_ROLES = ("ingest", "split", "sidecar")
 # The sections of a core ResourceRequirements a Job container can use (its Pod has no resourceClaims).
 RESOURCE_SECTIONS = ("limits", "requests")
-# The API server's own pattern for a resource quantity (500m, 2, 4Gi, 1e3).
-QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-                      r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+
+
+def quantity(value: object) -> Decimal:
+    """A resource quantity (500m, 2, 4Gi, 1e3) as a number, read by kubernetes.utils.parse_quantity; ValueError for
+    what that reader lets through but the API server refuses: a boolean, NaN or an infinity, blanks or underscores
+    (Python's Decimal reads them)."""
+    if isinstance(value, bool) or (isinstance(value, str) and any(c.isspace() or c == "_" for c in value)):
+        raise ValueError(f"{value!r} is not a quantity")
+    number = parse_quantity(value)
+    if not number.is_finite():
+        raise ValueError(f"{value!r} is not a quantity")
+    return number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,10 +155,12 @@ def check_requirements(where: str, requirements: object) -> None:
         if not isinstance(quantities, dict):
             raise ResourcesError(f"{where}.{section}: give an object of resource quantities, e.g. {{\"memory\": "
                                  "\"4Gi\"}")
-        for resource, quantity in quantities.items():
-            if isinstance(quantity, bool) or not QUANTITY.match(str(quantity)):
-                raise ResourcesError(f"{where}.{section}.{resource}: {quantity!r} is not a quantity "
-                                     "(e.g. 500m, 2, 4Gi)")
+        for resource, value in quantities.items():
+            try:
+                quantity(value)
+            except ValueError:
+                raise ResourcesError(f"{where}.{section}.{resource}: {value!r} is not a quantity "
+                                     "(e.g. 500m, 2, 4Gi)") from None
 
 
 def parse_json_object(text: str, example: str, error: type[ValueError] = ResourcesError) -> dict:

@@ -106,14 +106,16 @@ def test_alluxios_defaults_on_request():
     assert "--alluxio-defaults" in containers(worker_daemonset(cached(tuned=False), CACHE))[0]["args"]
 
 
-@pytest.mark.parametrize(("quantity", "size"), [("512Mi", 512 << 20), ("2Gi", 2 << 30), ("1G", 10**9), ("4096", 4096)])
+@pytest.mark.parametrize(("quantity", "size"), [("512Mi", 512 << 20), ("2Gi", 2 << 30), ("1G", 10**9), ("4096", 4096),
+                                                ("1.5Gi", 3 << 29), (4096, 4096)])
 def test_memory_quantities(quantity, size):
     assert quantity_bytes(quantity) == size
 
 
-def test_memory_quantities_outside_the_crds_pattern_are_refused():
+@pytest.mark.parametrize("quantity", ["1.5", "0", "-1Gi", "4 GB", "1_000", "NaN", "Infinity", "lots", True])
+def test_what_is_not_a_whole_positive_number_of_bytes_is_refused(quantity):
     with pytest.raises(ValueError, match="not a memory size"):
-        quantity_bytes("1.5Gi")
+        quantity_bytes(quantity)
 
 
 def test_status_is_ready_only_with_the_master_and_every_scheduled_worker_and_mount():

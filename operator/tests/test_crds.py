@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ringfeed.schema import CATALOG_KEYSPACE, CQL_RESERVED
-from ringfeed_operator.config import QUANTITY
+from ringfeed_operator.config import quantity
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 
@@ -53,7 +54,24 @@ def test_unknown_fields_are_kept_only_in_the_trainer_pod_template_and_the_loader
                     f"{root}.status.properties.ranks.items.properties.position"]
 
 
+# The API server's own pattern for a resource quantity (500m, 2, 4Gi, 1e3).
+QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                      r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+
+
 def test_quantities_use_the_apiservers_pattern():
     patterns = {node["pattern"] for plural in ("datasets", "trainingjobs") for _, node in walk(crd(plural))
                 if node.get("x-kubernetes-int-or-string")}
     assert patterns == {QUANTITY.pattern}
+
+
+@pytest.mark.parametrize("text", ["500m", "2", "4Gi", "1e3", "+1", ".5", "1.5Gi", "2E", "-1", "1E+3", "4 GB", "4Gb",
+                                  "NaN", "Infinity", "1_000", " 1", "1ki", "0.5e", "", "Mi"])
+def test_the_operators_quantity_reader_takes_what_the_apiservers_pattern_takes(text):
+    """config.quantity (kubernetes.utils.parse_quantity and the server's refusals) agrees with the CRDs' pattern."""
+    try:
+        quantity(text)
+        read = True
+    except ValueError:
+        read = False
+    assert read == bool(QUANTITY.match(text)), text

@@ -42,6 +42,10 @@ BAD_JOB_RESOURCES = [
     ('{"split": {"limits": "4Gi"}}', "split.limits: give an object of resource quantities"),
     ('{"split": {"limits": {"memory": "4 GB"}}}', "split.limits.memory: '4 GB' is not a quantity"),
     ('{"split": {"limits": {"memory": true}}}', "split.limits.memory: True is not a quantity"),
+    ('{"split": {"limits": {"memory": "NaN"}}}', "split.limits.memory: 'NaN' is not a quantity"),
+    ('{"split": {"limits": {"memory": "1_000Mi"}}}', "split.limits.memory: '1_000Mi' is not a quantity"),
+    ('{"split": {"limits": {"memory": "4Gb"}}}', "split.limits.memory: '4Gb' is not a quantity"),
+    ('{"split": {"limits": {"cpu": "0.5e"}}}', "split.limits.cpu: '0.5e' is not a quantity"),
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import math
 
 import pytest
 
@@ -19,6 +20,7 @@ from ringfeed_operator.builders.ring import (
     STEP_STARTED_AT,
     TRACK_CLEANUP,
     Cleanup,
+    NodeLoad,
     Observed,
     Step,
     Window,
@@ -117,7 +119,8 @@ def test_only_deletion_policy_delete_lets_cass_operator_delete_the_volumes(polic
 
 
 @pytest.mark.parametrize(("quantity", "option"), [("1Gi", "1G"), ("512Mi", "512M"), ("2097152Ki", "2048M"),
-                                                  (1073741824, "1024M"), ("4G", None)])
+                                                  (1073741824, "1024M"), ("4G", "3814M"), ("1.5Gi", "1536M"),
+                                                  ("0", None), ("-1Gi", None), ("4 GB", None), ("NaN", None)])
 def test_heap_sizes_become_jvm_options(quantity, option):
     if option is None:
         with pytest.raises(ValueError):
@@ -353,6 +356,18 @@ def test_the_nodes_read_rate_and_p99_come_from_their_read_histogram():
     restarted = {"sts-0": node_load(metrics(3, 3, 3), 120.0)}
     assert ring_load(READS_PER_SECOND, now, restarted) is None  # its counters started again
     assert node_load("# nothing yet\n", 0.0) is None
+
+
+def test_a_node_reading_is_the_read_histogram_whatever_else_the_text_holds():
+    """prometheus_client parses the read histogram's lines; other families (a node's text has every table's
+    metrics), even lines it would refuse, are left aside, and a broken read sample gives no reading."""
+    other = ('# HELP org_apache_cassandra_metrics_table_live_ss_table_count "Live \\"SSTables\\"\n'
+             "org_apache_cassandra_metrics_table_live_ss_table_count{keyspace=\"k\",table=\"t\",} 4.0\n"
+             "this line is not Prometheus text {{{\n")
+    load = node_load(other + metrics(1, 2, 3) + other, 5.0)
+    assert load == NodeLoad(5.0, 3.0, ((103.0, 1.0), (1597.0, 2.0), (math.inf, 3.0)))
+    broken = metrics(1, 2, 3).replace("} 3", "} three", 1)
+    assert node_load(broken, 5.0) is None
 
 
 def test_last_step_status_has_times_or_nulls_never_booleans():

@@ -10,7 +10,6 @@ process that restarts (and mounts again) is seen by trainers that started before
 
 from __future__ import annotations
 
-import re
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -25,7 +24,7 @@ from ringfeed_operator.builders.meta import (
 )
 from ringfeed_operator.builders.network import cache_policy
 from ringfeed_operator.builders.ring import reader_login, ring_env, ring_volumes
-from ringfeed_operator.config import CacheConfig, NetworkConfig
+from ringfeed_operator.config import CacheConfig, NetworkConfig, quantity
 
 ROLES = ("master", "worker", "fuse")
 # A namespace may run cache tiers (their FUSE DaemonSet is privileged) only when the cluster admin labels it so.
@@ -37,17 +36,18 @@ MOUNT_NAME = "mnt"  # the mount point inside it: the host directory itself stays
 DEFAULT_MEMORY = "1Gi"
 HEAP_MIB = {"master": 1024, "worker": 1024, "fuse": 512}  # each JVM's -Xmx
 JVM_OVERHEAD = 512 << 20  # metaspace, threads, direct buffers of one Alluxio JVM beyond its heap
-_QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_FACTORS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
-def quantity_bytes(quantity: str | int) -> int:
-    """A memory quantity as the CRD allows it (512Mi, 2Gi, 1G, bytes) in bytes."""
-    match = _QUANTITY.match(str(quantity))
-    if not match:
-        raise ValueError(f"{quantity!r} is not a memory size (e.g. 512Mi, 2Gi)")
-    return int(match[1]) * _FACTORS[match[2]]
+def quantity_bytes(value: str | int) -> int:
+    """A memory quantity (512Mi, 2Gi, 1G, bytes; the CRD's pattern allows no more) in bytes; ValueError unless it is
+    a whole, positive number of bytes."""
+    try:
+        size = quantity(value)
+    except ValueError:
+        size = None
+    if size is None or size <= 0 or size != size.to_integral_value():
+        raise ValueError(f"{value!r} is not a memory size (e.g. 512Mi, 2Gi)")
+    return int(size)
 
 
 def cache_spec(dataset: dict) -> dict | None:

@@ -4,7 +4,6 @@ volumes, at the size only a step changes (``builders.ring``)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ringfeed.ring import ProvisionedRing
@@ -18,7 +17,7 @@ from ringfeed_operator.builders.ring import (
     ring_labels,
 )
 from ringfeed_operator.builders.ring_tls import encryption_settings, management_api_auth, node_volume
-from ringfeed_operator.config import RingsConfig
+from ringfeed_operator.config import RingsConfig, quantity
 
 AUTH_SETTINGS = {"authenticator": "PasswordAuthenticator", "authorizer": "CassandraAuthorizer",
                  "role_manager": "CassandraRoleManager"}
@@ -39,14 +38,16 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 SERVER_CONTAINER, BASE_CONFIG_CONTAINER, CONFIG_CONTAINER = "cassandra", "server-config-init-base", "server-config-init"
 
 
-def heap_option(quantity: str | int) -> str:
-    """A heap size (1Gi, 512Mi, bytes) as the JVM option cass-operator writes (1G, 512M)."""
-    text = str(quantity)
-    if match := re.fullmatch(r"([0-9]+)([MG])i", text):
-        return f"{match[1]}{match[2]}"
-    if match := re.fullmatch(r"([0-9]+)Ki", text):
-        return f"{max(1, int(match[1]) // 1024)}M"
-    return f"{max(1, int(text) // MIB)}M"
+def heap_option(value: str | int) -> str:
+    """A heap size (1Gi, 512Mi, 2097152Ki, bytes: the CRD's pattern) as the JVM option cass-operator writes: 4Gi as
+    4G, any other in MiB (512M, at least 1M), as always (another spelling would roll every node of a Ring); ValueError
+    for what is not a positive quantity."""
+    size = quantity(value)
+    if size <= 0:
+        raise ValueError(f"{value!r} is not a heap size (e.g. 1Gi, 512Mi)")
+    if str(value).endswith("Gi") and size % (1024 * MIB) == 0:
+        return f"{int(size) // (1024 * MIB)}G"
+    return f"{max(1, int(size) // MIB)}M"
 
 
 def datacenter_spec(ring: dict, rings: RingsConfig) -> dict:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from ringfeed.connection import CONNECT_RETRY_ENV
 from ringfeed.ring import (
@@ -344,7 +345,6 @@ LATENCY_P99 = "ReadLatencyP99Micros"
 # coordinated, cumulative since the node started, in microseconds.
 READ_LATENCY = "org_apache_cassandra_metrics_client_request_latency"
 MAAC_METRICS_PORT = 9000  # the agent's metrics endpoint (cass-operator names the container port "metrics")
-SAMPLE = re.compile(r"(\w+)\{(.*)\} (\S+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,17 +358,24 @@ class NodeLoad:
 
 
 def node_load(metrics: str, at: float) -> NodeLoad | None:
-    """The reads of a node's Prometheus text; None when it has no read histogram (yet)."""
+    """The reads of a node's Prometheus text (parsed by prometheus_client); None when it has no read histogram
+    (yet), or when its lines do not parse."""
+    # Only the read histogram's lines (samples, TYPE and HELP) go to the parser: a node's text holds the metrics of
+    # every table (megabytes), and a line of another family that the parser refuses must not hide this one.
+    text = "".join(line + "\n" for line in metrics.splitlines() if READ_LATENCY in line)
     reads = None
     buckets = []
-    for line in metrics.splitlines():
-        match = SAMPLE.fullmatch(line.strip())
-        if not match or not match[1].startswith(READ_LATENCY) or 'request_type="Read"' not in match[2]:
-            continue
-        if match[1] == f"{READ_LATENCY}_count":
-            reads = float(match[3])
-        elif match[1] == f"{READ_LATENCY}_bucket" and (bound := re.search(r'le="([^"]+)"', match[2])):
-            buckets.append((float(bound[1]), float(match[3])))
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.labels.get("request_type") != "Read":
+                    continue
+                if sample.name == f"{READ_LATENCY}_count":
+                    reads = float(sample.value)
+                elif sample.name == f"{READ_LATENCY}_bucket" and "le" in sample.labels:
+                    buckets.append((float(sample.labels["le"]), float(sample.value)))
+    except ValueError:  # a malformed sample of the read histogram: no reading this time
+        return None
     if reads is None:
         return None
     return NodeLoad(at, reads, tuple(sorted(buckets)))
