@@ -89,7 +89,7 @@ def test_a_bad_value_is_one_line_and_exit_2(args, option, tmp_path):
 
 def test_the_bad_value_check_fails_where_a_value_is_accepted():
     """The test above can fail: a good value gets past the option (here: to the unreachable ring, exit 1)."""
-    result = invoke("ingest", "d", ".", "--metrics-port", "9102", "--workers", "2")
+    result = invoke("--port", "9042", "ingest", "d", ".", "--workers", "2", "--max-sample-mb", "8")
     assert result.exit_code == 1 and result.stderr.startswith("error: ")
 
 
