@@ -11,7 +11,8 @@
 #   cluster.sh status    what runs, node and Pods
 #   cluster.sh clean     down, then remove all cluster state including imported images
 #   cluster.sh registry  start the image registry alone (TLS + htpasswd on $node_ip:5000 of the namespace), making
-#                        the namespace when there is none: `make images` pushes to it, the node pulls from it
+#                        the namespace when there is none: `make images` pushes to it, the node pulls from it; the
+#                        same images anonymous and read-only on :5001, the node's mirror of ghcr.io
 #   cluster.sh import    import the node's pause image (the sandbox image, built by `make images`) into containerd
 #   cluster.sh exec CMD  run CMD inside the cluster's network (KUBECONFIG and kubectl/helm on PATH): Pod IPs,
 #                        ClusterIPs and the apiserver on 127.0.0.1:26443 are reachable from there
@@ -38,6 +39,8 @@ export KUBECONFIG=$state/kubeconfig
 NETNS=${RINGFEED_NETNS:-ringfeed-cluster}
 node_ip=10.244.0.1           # cni0's address: the node IP, the Pods' gateway, where CoreDNS and the apiserver answer
 registry=$node_ip:5000       # the image registry: what global.imageRegistry names in the e2e's values
+mirror=$node_ip:5001         # the same images, anonymous and read-only: the node's mirror of $mirrored
+mirrored=ghcr.io             # the chart's default registry
 service_cidr=10.0.0.0/24
 
 in_netns() { [[ $(ip netns identify $$ 2>/dev/null) == "$NETNS" ]]; }
@@ -183,16 +186,26 @@ registry_pki() { # the registry's certificate (cluster CA, SAN = node IP), a ran
     mkdir -p "$state/registry-certs" && cp "$p/ca.crt" "$state/registry-certs/ca.crt"
 }
 
-registry_up() { # inside the namespace: the registry, unless it runs already; ready when /v2/ answers with the login
-    alive registry && return 0
+registry_up() { # inside the namespace: the registry and its read-only mirror, unless they run; ready when /v2/ answers
+    alive registry && alive registry-mirror && return 0
     mkdir -p "$state"/{logs,run,etc} "$RINGFEED_CACHE/registry"
     make_pki
     registry_pki
-    sed -e "s#@STATE@#$state#g" -e "s#@NODE_IP@#$node_ip#g" -e "s#@DATA@#$RINGFEED_CACHE/registry#g" \
-        "$here/etc/registry.yml" >"$state/etc/registry.yml"
-    start registry "$bin/registry" serve "$state/etc/registry.yml"
+    local name port readonly auth
+    for name in registry registry-mirror; do
+        alive "$name" && continue
+        port=5000 readonly=false auth=""
+        [[ $name == registry-mirror ]] && port=5001 readonly=true auth="# "
+        sed -e "s#@STATE@#$state#g" -e "s#@NODE_IP@#$node_ip#g" -e "s#@DATA@#$RINGFEED_CACHE/registry#g" \
+            -e "s#@PORT@#$port#g" -e "s#@READONLY@#$readonly#g" -e "s|@AUTH@|$auth|g" \
+            "$here/etc/registry.yml" >"$state/etc/$name.yml"
+        # No OpenTelemetry exporter: it would post traces to localhost:4318, where nothing listens.
+        start "$name" env OTEL_TRACES_EXPORTER=none "$bin/registry" serve "$state/etc/$name.yml"
+    done
     wait_for registry 100 curl -sf --cacert "$state/pki/ca.crt" -u "$(cat "$state/pki/registry.login")" "https://$registry/v2/" \
         || { tail -20 "$state/logs/registry.log"; exit 1; }
+    wait_for registry-mirror 100 curl -sf --cacert "$state/pki/ca.crt" "https://$mirror/v2/" \
+        || { tail -20 "$state/logs/registry-mirror.log"; exit 1; }
 }
 
 registry_cmd() { # from the host or inside: the namespace (if needed) and the registry
@@ -216,9 +229,13 @@ render_config() {
         sed -e "s#@STATE@#$state#g" "$here/etc/$f" >"$state/etc/$f"
     done
     sed -e "s#@STATE@#$state#g" -e "s#@NODE_IP@#$node_ip#g" "$here/etc/Corefile" >"$state/etc/Corefile"
-    mkdir -p "$state/etc/certs.d/$registry"
-    sed -e "s#@STATE@#$state#g" -e "s#@REGISTRY@#$registry#g" "$here/etc/registry-hosts.toml" \
-        >"$state/etc/certs.d/$registry/hosts.toml"
+    local name server
+    for name in "$registry" "$mirrored"; do
+        server=$registry && [[ $name == "$mirrored" ]] && server=$mirror
+        mkdir -p "$state/etc/certs.d/$name"
+        sed -e "s#@STATE@#$state#g" -e "s#@SERVER@#$server#g" "$here/etc/registry-hosts.toml" \
+            >"$state/etc/certs.d/$name/hosts.toml"
+    done
     for f in bridge host-local loopback; do ln -sfn "/usr/lib/cni/$f" "$state/cni-bin/$f"; done
     # kube-router's tools, first on its PATH: the nftables-based iptables (its rules then sit beside kube-proxy's
     # nftables tables, all in `nft list ruleset`) and Debian's ipset from the cache.
@@ -379,7 +396,7 @@ down() {
     fi
     stop containerd
     local name
-    for name in apiserver etcd registry; do stop "$name"; done
+    for name in apiserver etcd registry registry-mirror; do stop "$name"; done
     # Shims that outlived containerd: only those started for this state folder's socket.
     local pid
     for pid in $(pgrep -f containerd-shim-runc-v2 || true); do
@@ -404,7 +421,7 @@ down() {
 
 status() {
     local name
-    for name in registry containerd etcd apiserver controller-manager scheduler kubelet kube-proxy coredns kube-router; do
+    for name in registry registry-mirror containerd etcd apiserver controller-manager scheduler kubelet kube-proxy coredns kube-router; do
         if alive "$name"; then printf '%-20s running (pid %s)\n' "$name" "$(cat "$state/run/$name.pid")"
         else printf '%-20s stopped\n' "$name"; fi
     done
@@ -432,7 +449,7 @@ run_in() { # CMD…: like exec_in, making the namespace for the command when the
     netns_exists || { netns_up; made=1; }
     exec_in "$@" || rc=$?
     if ((made)); then
-        if alive apiserver || alive registry; then echo "note: the cluster or its registry still runs in $NETNS (make cluster-down stops it)"
+        if alive apiserver || alive registry || alive registry-mirror; then echo "note: the cluster or its registry still runs in $NETNS (make cluster-down stops it)"
         else netns_down; fi
     fi
     return $rc
