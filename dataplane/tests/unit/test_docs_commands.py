@@ -163,7 +163,7 @@ def make_problems(docs: list[Path]) -> list[str]:
             if call.program != "make" or any(arg in ("-C", "-f") or arg.startswith(("-C", "-f")) for arg in call.args):
                 continue
             for arg in call.args:
-                if arg.startswith("-") or ASSIGNMENT.match(arg):
+                if arg.startswith("-") or ASSIGNMENT.match(arg) or arg in ("…", "..."):
                     continue
                 if not fnmatch.filter(targets, arg):  # a pattern (bench-*) names at least one
                     problems.append(f"{call.where}: make {' '.join(call.args)} — no target {arg!r} in the Makefile")
