@@ -43,11 +43,16 @@ help: ## Show this help
 
 deps: $(VENV)/.installed .cache/.cassandra ## Install everything: venv, native extension, Cassandra jars
 
-$(VENV)/.installed: client/pyproject.toml dataplane/pyproject.toml operator/pyproject.toml $(NATIVE_SOURCES)
+# The packages declare ranges; constraints.txt (the lock) gives the venv the exact versions CI tests, build
+# requirements (maturin, setuptools) included. The extension is _native.abi3.so: one left from an older build under
+# another name (_native.cpython-311-*.so) would be imported before it.
+$(VENV)/.installed: client/pyproject.toml dataplane/pyproject.toml operator/pyproject.toml constraints.txt $(NATIVE_SOURCES)
 	@scripts/require-tools.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e client -e 'dataplane[test,torch]' -e operator
+	$(PY) -m pip install --quiet --constraint constraints.txt --upgrade pip
+	rm -f dataplane/ringfeed/_native.cpython-*.so
+	$(PY) -m pip install --quiet --constraint constraints.txt --build-constraint constraints.txt \
+	  -e client -e 'dataplane[test,torch]' -e operator
 	@touch $@
 
 .cache/.cassandra: $(VENV)/.installed
@@ -77,7 +82,7 @@ k8s-binaries: ## Build etcd, Kubernetes v1.33 (kubectl, kube-proxy), CoreDNS, he
 node-packages: ## Debian packages of the local node and image builds: containerd, runc, CNI plugins, nftables, buildah; ipset into .cache
 	@e2e/cluster/install-packages.sh
 
-wheels: deps ## Wheelhouse of ringfeed + ringfeed-operator + dependencies: the images' build context (.cache/images/wheels)
+wheels: deps ## Wheels into .cache/images/wheels: ringfeed (manylinux_2_28, abi3), ringfeed-client, ringfeed-operator, their dependencies (constraints.txt)
 	@images/build.sh wheels
 
 images: deps node-packages alluxio ## Build the images from images/*/Dockerfile with buildah; import them into the local cluster
