@@ -14,7 +14,8 @@ from ringfeed.errors import RingfeedError
 
 
 @main.group()
-@click.option("--state-dir", type=click.Path(path_type=Path), default=default_local_dir, show_default=True,
+@click.option("--state-dir", type=click.Path(path_type=Path), default=default_local_dir,
+              show_default=str(default_local_dir()),
               help="Config, data, logs and PIDs of the local ring; `make demo` and `make local-up` use the same "
                    "default, $XDG_STATE_HOME/ringfeed/local [env RINGFEED_LOCAL_DIR].")
 @click.pass_context
