@@ -85,8 +85,14 @@ node-packages: ## Debian packages of the local node and image builds: containerd
 wheels: deps ## Wheels into .cache/images/wheels: ringfeed (manylinux_2_28, abi3), ringfeed-client, ringfeed-operator, their dependencies (constraints.txt)
 	@images/build.sh wheels
 
-images: deps node-packages alluxio ## Build the images from images/*/Dockerfile with buildah; import them into the local cluster
+images: deps node-packages alluxio k8s-binaries ## Build the images from images/*/Dockerfile with buildah; push them to the local cluster's registry
 	@images/build.sh all
+
+push: images ## Push every image to REGISTRY=host[:port][/path] (login: buildah login or REGISTRY_AUTH_FILE), else the local registry
+	@images/build.sh push $(or $(REGISTRY),local)
+
+chart: images ## Package the chart (CRDs copied in, images by digest) for REGISTRY, else the local registry, and push it there (oci://…/charts)
+	@images/build.sh chart $(or $(REGISTRY),local)
 
 $(REFWRITER): $(shell find benchmarks/refwriter/src -name '*.rs') benchmarks/refwriter/Cargo.toml
 	cargo build --quiet --release --manifest-path benchmarks/refwriter/Cargo.toml
@@ -122,11 +128,10 @@ cluster-status: ## What runs, the node, every Pod, the imported images
 cluster-shell: ## A shell inside the cluster's network: kubectl, helm, Pod IPs, ClusterIPs (or: cluster.sh exec CMD)
 	@e2e/cluster/cluster.sh exec bash
 
-kind-up: wheels k8s-binaries ## (machines with Docker) A kind cluster from e2e/kind.yaml with the project's images loaded
-	docker build -f images/dataplane/Dockerfile -t localhost/ringfeed/dataplane:0.1.0 .cache/images/wheels
-	docker build -f images/operator/Dockerfile -t localhost/ringfeed/operator:0.1.0 .cache/images/wheels
+kind-up: images ## (machines with Docker) A kind cluster from e2e/kind.yaml with every image of `make images` loaded
+	@images/build.sh archives
 	kind create cluster --config e2e/kind.yaml
-	kind load docker-image --name ringfeed localhost/ringfeed/dataplane:0.1.0 localhost/ringfeed/operator:0.1.0
+	for archive in .cache/images/*.oci.tar; do kind load image-archive --name ringfeed "$$archive" || exit 1; done
 	@mkdir -p .state/kind && kind get kubeconfig --name ringfeed > .state/kind/kubeconfig
 	@echo "RINGFEED_TEST_CLUSTER=kubeconfig KUBECONFIG=$(CURDIR)/.state/kind/kubeconfig RINGFEED_E2E_RING_PREFIX=<host address on kind's network minus its last number> $(PY) -m pytest e2e/tests"
 
@@ -174,7 +179,7 @@ test-rust: ## cargo test: the native extension's pure parts (decoding, batch ass
 test-integration: deps alluxio $(WANPROXY) $(PROMTOOL) ## Data-plane tests against real Cassandra nodes on loopback
 	$(PY) -m pytest dataplane/tests/integration
 
-test-e2e: deps prometheus k8s-binaries images ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
+test-e2e: deps prometheus k8s-binaries images chart ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
 	$(PY) -m pytest e2e/host
 	e2e/cluster/cluster.sh run $(PY) -m pytest e2e/tests
 
@@ -212,4 +217,4 @@ bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-scale clean
+.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-scale clean
