@@ -71,9 +71,11 @@ def platform(cluster: Cluster):
     try:
         yield
     finally:
-        for kind in ("trainingjobs", "splits", "datasets", "rings"):  # the order docs/install.md gives
-            cluster.kubectl("delete", kind, "--all", "-n", NAMESPACE, "--wait=true", "--timeout=180s", check=False,
-                            timeout=200)
+        # The order docs/install.md gives, each gone before the next: a Ring's finalizers need the operator and
+        # cass-operator until cass-operator has removed its nodes.
+        for kind in ("trainingjobs", "splits", "datasets", "rings"):
+            cluster.kubectl("delete", kind, "--all", "-n", NAMESPACE, "--wait=true", "--timeout=600s", check=False,
+                            timeout=620)
         cluster.helm("uninstall", "ringfeed", "-n", SYSTEM, "--wait", check=False, timeout=180)
         cluster.kubectl("delete", "-f", str(manifest), "--ignore-not-found", "--wait=true", check=False, timeout=180)
         cluster.kubectl("delete", "crd", *CRDS, *CASS_OPERATOR_CRDS, "--ignore-not-found", check=False, timeout=120)
