@@ -107,14 +107,18 @@ def wheel_files(wheel: Path, package: str) -> dict[str, bytes]:
         return {n: z.read(n) for n in z.namelist() if n.startswith(f"{package}/") and n.endswith((".py", ".pyi"))}
 
 
-def check_fresh(wheel: Path, source: Path) -> None:
-    """The wheel holds the checkout's Python files exactly: a stale wheelhouse would test other code."""
+def check_fresh(wheel: Path, source: Path, *built_from: Path) -> None:
+    """The wheel holds the checkout's Python files exactly and is newer than the other files it is `built_from`:
+    a stale wheelhouse would test other code."""
     package = source.name
     shipped = wheel_files(wheel, package)
     tree = {f"{package}/{p.relative_to(source)}": p.read_bytes() for p in source.rglob("*")
             if p.suffix in (".py", ".pyi") and "__pycache__" not in p.parts}
     stale = sorted(n for n in shipped.keys() | tree.keys() if shipped.get(n) != tree.get(n))
     assert not stale, f"{wheel.name} differs from the checkout in {', '.join(stale[:5])}: run make wheels"
+    newest = max(built_from, key=lambda p: p.stat().st_mtime)
+    assert newest.stat().st_mtime <= wheel.stat().st_mtime, \
+        f"{newest.relative_to(REPO)} is newer than {wheel.name}: run make wheels"
 
 
 @pytest.fixture(scope="module")
@@ -126,13 +130,10 @@ def wheels() -> list[Path]:
     for name, paths in found.items():
         assert len(paths) == 1, f"{house}: {len(paths)} {name} wheel(s) (one expected): run make wheels"
     ringfeed_wheel, client_wheel = found["ringfeed"][0], found["ringfeed-client"][0]
-    check_fresh(ringfeed_wheel, REPO / "dataplane" / "ringfeed")
-    check_fresh(client_wheel, REPO / "client" / "ringfeed_client")
-    native_sources = [*(REPO / "dataplane" / "native" / "src").rglob("*.rs"),
-                      *(REPO / "dataplane" / "native").glob("Cargo.*")]
-    newest = max(native_sources, key=lambda p: p.stat().st_mtime)
-    assert newest.stat().st_mtime <= ringfeed_wheel.stat().st_mtime, \
-        f"{newest.relative_to(REPO)} is newer than {ringfeed_wheel.name}: run make wheels"
+    native = REPO / "dataplane" / "native"
+    check_fresh(ringfeed_wheel, REPO / "dataplane" / "ringfeed", REPO / "dataplane" / "pyproject.toml",
+                *native.glob("Cargo.*"), *(native / "src").rglob("*.rs"))
+    check_fresh(client_wheel, REPO / "client" / "ringfeed_client", REPO / "client" / "pyproject.toml")
 
     with zipfile.ZipFile(ringfeed_wheel) as z:
         names = z.namelist()
@@ -140,13 +141,19 @@ def wheels() -> list[Path]:
                          re.M)
         assert tag == [WHEEL_TAG]
         assert {"ringfeed/py.typed", "ringfeed/_native.pyi", "ringfeed/_native.abi3.so"} <= set(names)
-        native = z.read("ringfeed/_native.abi3.so")
+        extension = z.read("ringfeed/_native.abi3.so")
     with zipfile.ZipFile(client_wheel) as z:
         assert "ringfeed_client/py.typed" in z.namelist()
+    for wheel in (ringfeed_wheel, client_wheel):  # the licence: its SPDX expression and the root's LICENSE
+        with zipfile.ZipFile(wheel) as z:
+            metadata = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+            licence = [n for n in z.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+            assert re.search(r"^License-Expression: Apache-2.0$", metadata, re.M), wheel.name
+            assert licence and z.read(licence[0]) == (REPO / "LICENSE").read_bytes(), wheel.name
     # The extension asks for no glibc newer than 2.28 and links no libssl/libcrypto (OpenSSL is built in).
     so = house.parent / "wheel-test" / "_native.abi3.so"
     so.parent.mkdir(parents=True, exist_ok=True)
-    so.write_bytes(native)
+    so.write_bytes(extension)
     symbols = run(["objdump", "-T", so]).stdout
     versions = {tuple(map(int, v.split("."))) for v in re.findall(r"\bGLIBC_(\d+(?:\.\d+)+)", symbols)}
     assert versions and max(versions) <= GLIBC_MAX, f"GLIBC versions asked for: {sorted(versions)}"
