@@ -80,9 +80,14 @@ build_wheels() { # ringfeed, ringfeed-client, ringfeed-operator and every depend
     # venv's editable build (host linker) keeps its cache. A fresh build takes ~4.5 min on the 2-core machine.
     (cd "$repo/dataplane" && PATH=$(dirname "$python"):$PATH "$python" -m maturin build --release --quiet --zig \
         --compatibility manylinux_2_28 --target-dir native/target/manylinux --out "$out" >/dev/null)
-    # setuptools copies into <project>/build/lib without emptying it: a module removed from the sources would ship on.
-    rm -rf "$repo/operator/build" "$repo/client/build"
-    "$python" -m pip wheel --quiet --no-deps --build-constraint "$lock" --wheel-dir "$out" "$repo/operator" "$repo/client"
+    # The pure wheels from a copy of the sources (their LICENSE links to the root's): setuptools' <project>/build in
+    # the checkout keeps modules removed from the sources, and two builds at once would share it.
+    local src; src=$(mktemp -d)
+    cp "$repo/LICENSE" "$src/"
+    tar -C "$repo" --exclude=build --exclude='*.egg-info' --exclude=__pycache__ --exclude=.pytest_cache \
+        --exclude=tests -cf - operator client | tar -C "$src" -xf -
+    "$python" -m pip wheel --quiet --no-deps --build-constraint "$lock" --wheel-dir "$out" "$src/operator" "$src/client"
+    rm -rf "$src"
     "$python" -m pip download --quiet --only-binary=:all: --constraint "$lock" --dest "$out" --find-links "$out" \
         "$out"/ringfeed-0*.whl "$out"/ringfeed_operator-*.whl
 }
