@@ -226,7 +226,7 @@ archives() { # every image as an OCI archive (for `kind load image-archive`), re
 }
 
 sources_key() { # everything the wheels and images are made from
-    (cd "$repo" && find dataplane/pyproject.toml dataplane/ringfeed dataplane/native/src dataplane/native/Cargo.* \
+    (cd "$repo" && find constraints.txt dataplane/pyproject.toml dataplane/ringfeed dataplane/native/src dataplane/native/Cargo.* \
         operator/pyproject.toml operator/ringfeed_operator client/pyproject.toml client/ringfeed_client images/base \
         images/dataplane images/operator images/trainer images/alluxio \
         -type f ! -name '*.pyc' | sort | xargs sha256sum; cat "$RINGFEED_CACHE/alluxio/.stamp") | sha256sum | cut -c1-16

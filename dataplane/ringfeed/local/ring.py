@@ -323,13 +323,17 @@ client_encryption_options:
         folder.mkdir(parents=True, exist_ok=True)
         ca_key, ca_cert = folder / "ca.key", folder / "ca.crt"
         if not ca_cert.exists():
+            # Key usages as RFC 5280 wants them: Python 3.13's default checks refuse a CA without keyCertSign.
             _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj",
-                     f"/CN={self.settings.cluster_name} local CA", "-keyout", ca_key, "-out", ca_cert)
+                     f"/CN={self.settings.cluster_name} local CA", "-addext", "basicConstraints=critical,CA:TRUE",
+                     "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", ca_key, "-out", ca_cert)
         pem = folder / f"node{index}.pem"
         if not pem.exists():
             key, request, cert = folder / f"node{index}.key", folder / f"node{index}.csr", folder / f"node{index}.crt"
             extensions = folder / f"node{index}.ext"
-            extensions.write_text(f"subjectAltName=IP:{self.address(index)},DNS:{self.tls_server_name}\n")
+            extensions.write_text(f"subjectAltName=IP:{self.address(index)},DNS:{self.tls_server_name}\n"
+                                  "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                                  "extendedKeyUsage=serverAuth\n")
             _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={self.address(index)}", "-keyout", key,
                      "-out", request)
             _openssl("x509", "-req", "-in", request, "-CA", ca_cert, "-CAkey", ca_key, "-CAcreateserial", "-days",
