@@ -180,6 +180,7 @@ test-integration: deps alluxio $(WANPROXY) $(PROMTOOL) ## Data-plane tests again
 	$(PY) -m pytest dataplane/tests/integration
 
 test-e2e: deps prometheus k8s-binaries images chart ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
+	@e2e/cluster/cluster.sh down >/dev/null  # the registry that make images and make chart left running
 	$(PY) -m pytest e2e/host
 	e2e/cluster/cluster.sh run $(PY) -m pytest e2e/tests
 
