@@ -47,8 +47,7 @@ spec:
   terminationGracePeriodSeconds: 1
   containers:
     - name: web
-      image: localhost/ringfeed/dataplane:0.1.0
-      imagePullPolicy: Never
+      image: ghcr.io/ringfeed/dataplane:0.1.0   # from the node's mirror of ghcr.io (the cluster's registry)
       command: [python3, -m, http.server, "8080"]
       readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
 ---
