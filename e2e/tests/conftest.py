@@ -234,7 +234,8 @@ def release(cluster: Cluster):
     try:
         yield RELEASE
     finally:
-        cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", check=False, timeout=180)
+        # --no-hooks: a cleanup, whatever another module's namespace still holds (test_operator tests the refusal).
+        cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--no-hooks", "--wait", check=False, timeout=180)
         cluster.kubectl("delete", "crd", *CRDS, *CASS_OPERATOR_CRDS, "--ignore-not-found", "--wait=true", check=False,
                         timeout=120)
         # Gone before the next module installs the chart again (a terminating namespace refuses new objects).

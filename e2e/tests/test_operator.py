@@ -438,7 +438,14 @@ def test_upgrade_keeps_objects_and_uninstall_removes_the_operator(cluster: Clust
     assert len(cluster.batch.list_namespaced_job(ns, label_selector=ingest_jobs).items) == 1
     assert [e.reason for e in events(cluster, ns, "slides")].count("IngestStarted") == 1
 
-    cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", timeout=180)
+    # While Ringfeed objects remain, uninstalling is refused (their finalizers need the operator), naming them.
+    refused = cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", check=False, timeout=180)
+    assert refused.returncode != 0 and "ringfeed-delete-ringfeed-objects-first" in refused.stderr, refused.stderr
+    listed = cluster.kubectl("logs", "-n", SYSTEM, "job/ringfeed-delete-ringfeed-objects-first").stdout
+    assert f"datasets {ns}/slides" in listed and "--no-hooks" in listed, listed
+    assert cluster.apps.read_namespaced_deployment("ringfeed", SYSTEM).status.available_replicas == 1
+    # --no-hooks uninstalls all the same, leaving the objects to a reinstall.
+    cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--no-hooks", "--wait", timeout=180)
     assert cluster.apps.list_namespaced_deployment(SYSTEM).items == []
     assert cluster.helm("list", "-n", SYSTEM, "-q").stdout.strip() == ""
     # The CRDs, and so every Dataset, stay (resource-policy keep); a reinstall adopts them.

@@ -76,7 +76,7 @@ def platform(cluster: Cluster):
         for kind in ("trainingjobs", "splits", "datasets", "rings"):
             cluster.kubectl("delete", kind, "--all", "-n", NAMESPACE, "--wait=true", "--timeout=600s", check=False,
                             timeout=620)
-        cluster.helm("uninstall", "ringfeed", "-n", SYSTEM, "--wait", check=False, timeout=180)
+        cluster.helm("uninstall", "ringfeed", "-n", SYSTEM, "--no-hooks", "--wait", check=False, timeout=180)
         cluster.kubectl("delete", "-f", str(manifest), "--ignore-not-found", "--wait=true", check=False, timeout=180)
         cluster.kubectl("delete", "crd", *CRDS, *CASS_OPERATOR_CRDS, "--ignore-not-found", check=False, timeout=120)
         for namespace in (NAMESPACE, CASS_OPERATOR, SYSTEM):
