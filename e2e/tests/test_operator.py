@@ -102,6 +102,10 @@ def expected_counts(source: Path) -> dict[int, int]:
 
 # -- the chart ---------------------------------------------------------------------------------------------------
 
+# The chart's objects that are not the operator's: cass-operator's, helm test's, the uninstall guard's.
+OTHERS = ("cass-operator", "test", "uninstall-guard")
+
+
 def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     cluster.helm("lint", "--strict", str(CHART), *LOCAL_SETTINGS)
     rendered = cluster.helm("template", RELEASE, str(CHART), "-n", SYSTEM, *LOCAL_SETTINGS).stdout
@@ -112,7 +116,7 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     for crd in (d for d in documents if d["kind"] == "CustomResourceDefinition"):
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     operator_roles = [d for d in documents if d["kind"] == "ClusterRole"
-                      and d["metadata"]["labels"].get("app.kubernetes.io/component") not in ("cass-operator", "test")]
+                      and d["metadata"]["labels"].get("app.kubernetes.io/component") not in OTHERS]
     granted = {(group, resource, verb) for role in operator_roles
                for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
                for verb in rule["verbs"]}
@@ -159,7 +163,7 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     scoped = cluster.helm("template", RELEASE, str(CHART), "-n", SYSTEM, "--set",
                           "operator.watchNamespaces={team-a,team-b}").stdout
     bindings = [d for d in yaml.safe_load_all(scoped) if d and d["kind"] in ("RoleBinding", "ClusterRoleBinding")
-                and d["metadata"]["labels"].get("app.kubernetes.io/component") not in ("cass-operator", "test")]
+                and d["metadata"]["labels"].get("app.kubernetes.io/component") not in OTHERS]
     assert sorted((d["kind"], d["metadata"].get("namespace", "")) for d in bindings) == [
         ("ClusterRoleBinding", ""), ("RoleBinding", "team-a"), ("RoleBinding", "team-b")]
     for bad_value, field in (("operator.healthPort=0", "healthPort"), ("operator.replicas=2", "replicas"),
