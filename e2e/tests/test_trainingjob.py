@@ -292,7 +292,9 @@ def test_the_api_server_refuses_changes_and_bad_names(cluster: Cluster, ns: str,
 
 
 def test_suspend_stops_the_ranks_and_resume_continues_from_their_positions(cluster: Cluster, ns: str, split: dict):
-    create(cluster, ns, "trainingjobs", trainingjob("pausable", epochs=1, step_delay_s=1.0, suspend=True))
+    # Slow steps: rank 0 must still be mid-epoch when the checks below (probe Pods in another namespace) are done
+    # and the job is suspended; at 1 s a step it had finished its 7 batches on a loaded machine.
+    create(cluster, ns, "trainingjobs", trainingjob("pausable", epochs=1, step_delay_s=10.0, suspend=True))
     wait_phase(cluster, ns, "pausable", "Suspended", timeout_s=60)
     assert not rank_pods(cluster, ns, "pausable")
     cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pausable",
