@@ -189,12 +189,17 @@ use_registry() { # target ("local" or host[:port][/path]): sets registry, via (h
     fi
 }
 
+pushed_dir() { # registry: where push_images records what it pushed there (one file per image: id, digest, reference)
+    echo "$cache/pushed/${1//\//_}"
+}
+
 push_images() { # [registry]: each image not yet pushed there as this build; its digest into $cache/pushed/<registry>/
     local registry via auth_file ca_dir options=(--quiet)
     use_registry "${1:-local}"
     [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
     [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
-    local pushed=$cache/pushed/${registry//\//_} image name id digest
+    local pushed image name id digest
+    pushed=$(pushed_dir "$registry")
     mkdir -p "$pushed"
     for image in "${cluster_images[@]}"; do
         name=${image#localhost/ringfeed/} id=$(buildah inspect --type image --format '{{.FromImageID}}' "$image")
@@ -212,7 +217,7 @@ chart() { # [registry]: the packaged chart, pinned to the images pushed there, p
     [[ -n $auth_file ]] && options+=(--registry-config "$auth_file")
     [[ -n $ca_dir ]] && options+=(--ca-file "$ca_dir/ca.crt")
     "${via[@]}" "$python" "$repo/scripts/package-chart.py" --helm "$RINGFEED_CACHE/k8s/bin/helm" \
-        --pushed "$cache/pushed/${registry//\//_}" --registry "$registry" --out "$RINGFEED_CACHE/chart" --push \
+        --pushed "$(pushed_dir "$registry")" --registry "$registry" --out "$RINGFEED_CACHE/chart" --push \
         "${options[@]}"
 }
 

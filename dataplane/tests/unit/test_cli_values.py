@@ -4,7 +4,6 @@ is no ring, and progress goes to stderr while results go to stdout."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import json
 import re
@@ -20,6 +19,7 @@ import ringfeed.cli.load as load_cli
 from ringfeed.cli import main
 from ringfeed.cli.types import PORT
 from ringfeed.errors import RingfeedError
+from ringfeed.loader.loader import LoaderStats
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.store import DatasetInfo
 
@@ -165,24 +165,12 @@ def test_the_local_ring_is_where_the_makefile_and_the_demo_look(monkeypatch, tmp
 
 # -- progress on stderr, results on stdout ----------------------------------------------------------------------------
 
-@dataclasses.dataclass
-class FakeStats:
-    batches: int = 0
-    samples: int = 0
-    bytes: int = 0
-    wait_s: float = 0.0
-    retries: int = 0
-    missing: int = 0
-    corrupt: int = 0
-    corrupt_samples: tuple = ()
-
-
 class FakeLoader:
     """Four batches of two samples per epoch, as ringfeed.Loader yields them."""
 
     def __init__(self, *args, **kwargs):
         self.epoch = 0
-        self.stats = FakeStats()
+        self.stats = LoaderStats()
 
     def __len__(self):
         return 4
