@@ -165,12 +165,14 @@ def run_imagefolder(root: Path, batch: int, workers: int) -> tuple[int, float, i
 
 
 def best_of(rounds: int, runs: dict) -> tuple[dict, list[dict]]:
-    """Runs every side `rounds` times, alternating; returns each side's fastest (rows, seconds, bytes) and the rates
-    of every round (for ratios paired within a round, which cancel the node's drift between rounds)."""
+    """Runs every side `rounds` times, alternating, the order reversed every other round (A B, B A, …: no side
+    always goes first); returns each side's fastest (rows, seconds, bytes) and the rates of every round (for ratios
+    paired within a round, which cancel the node's drift between rounds)."""
     best, per_round = {}, []
-    for _ in range(rounds):
+    for round_index in range(rounds):
         rates = {}
-        for side, run in runs.items():
+        order = list(runs.items())
+        for side, run in order[::-1] if round_index % 2 else order:
             rows, seconds, size = run()
             rates[side] = rows / seconds
             if side not in best or rows / seconds > best[side][0] / best[side][1]:

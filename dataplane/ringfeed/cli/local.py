@@ -74,13 +74,16 @@ def local_add_node(ctx):
 @local.command("remove-node")
 @click.option("--node", "index", type=COUNT, default=None,
               help="Node index (default: the highest; node 1 is the seed and stays).")
+@click.option("--force", is_flag=True,
+              help="Decommission even where a keyspace's replication factor is not below the nodes that remain "
+                   "(Cassandra refuses otherwise; system_distributed's is 3).")
 @click.pass_context
-def local_remove_node(ctx, index):
+def local_remove_node(ctx, index, force):
     """Decommission a node (its data streams to the others), then stop its JVM."""
     ring = _ring(ctx)
     ring.require(running=True)
     with err_console.status("decommissioning…"):
-        removed = ring.remove_node(index)
+        removed = ring.remove_node(index, force=force)
     console.print(f"node {removed} decommissioned and stopped")
     print_ring(ring)
 

@@ -114,8 +114,10 @@ class LocalRing:
         self.start_node(index, timeout_s=timeout_s)
         return index
 
-    def remove_node(self, index: int | None = None) -> int:
-        """Decommission a node (its data streams to the others), then stop its JVM by PID."""
+    def remove_node(self, index: int | None = None, force: bool = False) -> int:
+        """Decommission a node (its data streams to the others), then stop its JVM by PID. Cassandra refuses while a
+        keyspace's replication factor is not below the nodes that would remain (system_distributed's is 3);
+        ``force`` decommissions anyway."""
         if len(self._members) < 2:
             raise RingfeedError("cannot remove the last node of the ring; use `ringfeed local down`")
         index = index if index is not None else max(self._members)
@@ -125,7 +127,12 @@ class LocalRing:
             raise RingfeedError("node 1 is the seed; remove another node")
         if not self._running(index):
             raise RingfeedError(f"node {index} is not running: start it before decommissioning it")
-        self.nodetool(index, "decommission")
+        try:
+            self.nodetool(index, "decommission", *(["--force"] if force else []))
+        except RingfeedError as error:
+            if "forceful decommission" in str(error):
+                raise RingfeedError(f"{error} (`ringfeed local remove-node --force`)") from None
+            raise
         # A decommissioned JVM keeps running (and holding its heap): stop it ourselves.
         self._stop_pid(index)
         self._members.remove(index)
@@ -235,8 +242,11 @@ class LocalRing:
                "-p", str(self.jmx_port(index)), *args]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise RingfeedError(f"nodetool {' '.join(args)} on node {index} failed: "
-                                + (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1][:300])
+            # nodetool prints `nodetool: <why>` or `error: <why>` (a stack trace may follow), then a generic hint.
+            lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines() or ["(no output)"]
+            reason = next((line.split(": ", 1)[1] for line in lines
+                           if line.startswith(("nodetool: ", "error: "))), lines[-1])
+            raise RingfeedError(f"nodetool {' '.join(args)} on node {index} failed: {reason[:300]}")
         return proc.stdout
 
     def jmx_port(self, index: int) -> int:
