@@ -84,3 +84,21 @@ def test_keywords_build_the_same_object_and_change_a_given_one():
 
 def test_the_error_is_a_ringfeed_error():
     assert issubclass(LoaderOptionsError, RingfeedError)
+
+
+@pytest.mark.parametrize(("window_mib", "rmem_mib", "tls", "expected"), [
+    (64, 32, False, 2),   # the link alone: 2 receive buffers
+    (64, 32, True, 4),    # TLS: the cipher work on at least 4 cores of either side
+    (64, 6, True, 8),     # a long link needs more than TLS does: 11, capped at 8
+    (1, 6, False, 1),
+    (1, 6, True, 4),
+])
+def test_connections_per_node_covers_the_link_and_spreads_tls(monkeypatch, tmp_path, window_mib, rmem_mib, tls,
+                                                              expected):
+    import ringfeed.loader.loader as loader_module
+
+    rmem = tmp_path / "tcp_rmem"
+    rmem.write_text(f"4096 131072 {rmem_mib * 1024 * 1024}\n")
+    real_path = loader_module.Path
+    monkeypatch.setattr(loader_module, "Path", lambda p: rmem if p == "/proc/sys/net/ipv4/tcp_rmem" else real_path(p))
+    assert loader_module.connections_per_node(window_mib * 1024 * 1024, tls=tls) == expected
