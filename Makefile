@@ -207,6 +207,9 @@ bench-train: deps ## Training steps/s fed by the sidecar vs the same loop on syn
 bench-cache: deps alluxio ## ImageFolder + DataLoader through the Alluxio FUSE tier (cold, warm) vs local disk (BAR lines)
 	$(PY) -X faulthandler benchmarks/bench_cache.py
 
+bench-ring-nodes: deps ## A local ring's reads against node count, 1 → 4 → 1 under 4 loaders, nodes on CPUs of their own (16 cores: the device machine; BAR lines)
+	$(PY) -X faulthandler benchmarks/bench_ring_nodes.py
+
 bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF (RF=1 default; RF=2) under a loader on the local cluster: samples/s during each step vs steady (BAR lines)
 	RINGFEED_BENCH_RING_SCALE=$(CURDIR)/.state/bench/ring-scale-rf$(RF).json RINGFEED_BENCH_RING_RF=$(RF) \
 	  e2e/cluster/cluster.sh run $(PY) -m pytest -q e2e/tests/test_ring.py -k bench
@@ -218,4 +221,4 @@ bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-scale clean
+.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale clean

@@ -27,9 +27,11 @@ import json
 import multiprocessing
 import os
 import queue
+import re
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -84,16 +86,16 @@ def read_forever(source: LoaderSource, rank: int, world: int, batch: int, cpus: 
                 samples += len(labels)
                 if time.monotonic() - last >= REPORT_EVERY_S:
                     bounds, cumulative, _ = loader.metrics.snapshot()["fetch_latency_seconds"]
-                    reports.put((time.time(), rank, samples, failures, (list(bounds), list(cumulative))))
+                    reports.put((time.time(), rank, samples, failures, (list(bounds), list(cumulative)), None))
                     samples, last = 0, time.monotonic()
                 if stop.is_set():
                     break
         except Exception as error:  # noqa: BLE001  (a failed read is what this counts; reading goes on)
             failures += 1
-            print(f"loader {rank}: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+            reports.put((time.time(), rank, 0, failures, None, f"{type(error).__name__}: {error}"))
             loader = None
             time.sleep(0.2)
-    reports.put((time.time(), rank, samples, failures, None))
+    reports.put((time.time(), rank, samples, failures, None, None))
 
 
 class Load:
@@ -110,6 +112,7 @@ class Load:
         self.failures = [0] * loaders
         self.latency: list[list[int] | None] = [None] * loaders  # cumulative counts, the +Inf bucket last
         self.bounds: list[float] = []
+        self.errors: list[str] = []
 
     def __enter__(self) -> Load:
         for process in self.processes:
@@ -119,13 +122,15 @@ class Load:
     def drain(self) -> None:
         while True:
             try:
-                at, rank, samples, failures, cumulative = self.reports.get_nowait()
+                at, rank, samples, failures, cumulative, error = self.reports.get_nowait()
             except queue.Empty:
                 return
             self.timeline.append((at, samples))
             self.failures[rank] = max(self.failures[rank], failures)
             if cumulative is not None:
                 self.bounds, self.latency[rank] = cumulative
+            if error is not None:
+                self.errors.append(f"loader {rank}: {error}")
 
     def wait(self, seconds: float) -> None:
         until = time.time() + seconds
@@ -163,6 +168,33 @@ def p99(bounds: list[float], before: list[int], after: list[int]) -> float:
     lower = bounds[index - 1] if index else 0.0
     below = counts[index - 1] if index else 0
     return lower + (bounds[index] - lower) * (rank - below) / max(counts[index] - below, 1)
+
+
+def diagnose(ring: LocalRing, keyspace: str, errors: list[str]) -> None:
+    """What a failed read looked like: the first errors, the ring's view, and for a sample the loader found missing,
+    its replicas and whether a read coordinated by each node finds it."""
+    print("reads failed; the first errors:", *errors[:4], sep="\n  ", flush=True)
+    print(ring.nodetool(1, "status"), flush=True)
+    for index in ring.members:  # a bootstrap whose streaming failed says so here, and the node joins regardless
+        log = ring.state_dir / "nodes" / f"n{index}" / "logs" / "system.log"
+        lines = [line for line in log.read_text(errors="replace").splitlines()
+                 if re.search(r"ERROR|stream(ing)? failed|Bootstrap completed|JOINING|NORMAL", line)]
+        print(f"node {index}'s log:", *lines[-12:], sep="\n  ", flush=True)
+    missing = re.search(r"first: ([0-9a-f-]{36})", " ".join(errors))
+    if missing is None:
+        return
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    sample = uuid.UUID(missing.group(1))
+    print(f"sample {sample}: replicas "
+          f"{ring.nodetool(1, 'getendpoints', keyspace, 'data_by_uuid', str(sample)).split()}")
+    for host in ring.hosts:
+        profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([host]))
+        with Cluster([host], execution_profiles={EXEC_PROFILE_DEFAULT: profile}) as cluster:
+            found = cluster.connect().execute(f"SELECT uuid FROM {keyspace}.data_by_uuid WHERE uuid = %s",
+                                              (sample,)).one()
+        print(f"  read coordinated by {host}: {'found' if found else 'NOT FOUND'}", flush=True)
 
 
 def main() -> int:
@@ -228,6 +260,9 @@ def main() -> int:
                     phases.append(step)
                     print(f"  step {step.name}: {step.end - step.start:5.1f} s, "
                           f"{load.rate(step.start, step.end):9,.0f} samples/s", flush=True)
+                if load.errors:  # the bar has failed; what the rest of the run would measure is the failure
+                    diagnose(ring, source.keyspace, load.errors)
+                    break
                 steady = Phase(f"{nodes} node{'s' if nodes > 1 else ''}", nodes, steady=True, start=time.time(),
                                latency_before=load.histogram())
                 load.wait(args.steady_seconds)
@@ -243,7 +278,8 @@ def main() -> int:
              for nodes in range(1, args.max_nodes + 1)}
     print("\nnodes  samples/s (growing, shrinking)  MB/s")
     for nodes, measured in rates.items():
-        print(f"{nodes:>5}  {' / '.join(f'{r:,.0f}' for r in measured):>30}  {max(measured) * args.size / 1e6:6.0f}")
+        figures = " / ".join(f"{r:,.0f}" for r in measured) or "not measured"
+        print(f"{nodes:>5}  {figures:>30}  {max(measured, default=0) * args.size / 1e6:6.0f}")
     if args.json:
         args.json.write_text(json.dumps({
             "cpus": len(everything), "node_cpus": args.node_cpus if dedicated else None, "loaders": args.loaders,
@@ -253,7 +289,8 @@ def main() -> int:
                         "read_p99_s": p99(load.bounds, p.latency_before, p.latency_after) if p.steady else None}
                        for p in phases]}, indent=2) + "\n")
 
-    scaling = rates[args.max_nodes][0] / max(rates[1])
+    # An N-node phase that never ran (the run stopped at a failed read) scales by nothing.
+    scaling = max(rates[args.max_nodes], default=0.0) / max(rates[1])
     target = args.max_nodes - 1.0
     verdict = "PASS" if scaling >= target else "FAIL"
     print()
