@@ -9,9 +9,13 @@ this module; this module creates the Dataset and Split it trains on.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -128,7 +132,7 @@ def trained_by_rank(cluster: Cluster, ns: str, name: str) -> dict[int, dict]:
 
 
 def test_two_ranks_train_every_sample_once_per_epoch_through_a_trainer_and_a_sidecar_restart(
-        cluster: Cluster, ns: str, split: dict, store):
+        cluster: Cluster, ns: str, split: dict, store, ring):
     create(cluster, ns, "trainingjobs", trainingjob("resnet-mini", step_delay_s=1.0))
     # Rank 0's trainer dies mid-epoch (after checkpoints): it restarts in its Pod from its last checkpoint.
     pod = wait_served(cluster, ns, "resnet-mini", 0, batches=3)
@@ -161,6 +165,49 @@ def test_two_ranks_train_every_sample_once_per_epoch_through_a_trainer_and_a_sid
     # The rendezvous Service and the Job belong to the TrainingJob.
     service = cluster.core.read_namespaced_service("resnet-mini", ns)
     assert service.spec.cluster_ip == "None" and service.metadata.owner_references[0].kind == "TrainingJob"
+    check_lineage(cluster, ns, "resnet-mini", job, split, runs, ring)
+
+
+def check_lineage(cluster: Cluster, ns: str, name: str, job: dict, split: dict, runs: dict[int, dict], ring) -> None:
+    """The job's lineage names what it read, and each epoch's digest is that of the order the trainers received
+    the samples in (rank r: positions r, r + 2, …), through a trainer and a sidecar restart; `ringfeed lineage
+    --ids` lists the same order from the plan."""
+    lineage = job["status"]["lineage"]
+    assert (lineage["split"], lineage["part"], lineage["splitVersion"], lineage["contentHash"]) == (
+        SPLIT, "train", split["status"]["version"], split["status"]["contentHash"])
+    assert (lineage["dataset"], lineage["seed"], lineage["worldSize"], lineage["remainder"]) == (
+        DATASET.replace("-", "_"), 7, 2, "uneven")
+    orders = {}
+    for epoch in (0, 1):
+        order: list = [None] * sum(len(run["trained"][str(epoch)]) for run in runs.values())
+        order[0::2], order[1::2] = runs[0]["trained"][str(epoch)], runs[1]["trained"][str(epoch)]
+        orders[epoch] = order
+        digest = "sha256:" + hashlib.sha256(b"".join(bytes.fromhex(u) for u in order)).hexdigest()
+        assert lineage["epochs"][epoch] == {"epoch": epoch, "digest": digest}
+    assert len(lineage["epochs"]) == 2
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ringfeed", "--hosts", ",".join(ring.hosts), "lineage",
+                               f"{ns}/{name}", "--kubeconfig", str(cluster.kubeconfig), *args],
+                              capture_output=True, text=True, timeout=60)
+    shown = cli()
+    assert shown.returncode == 0 and all(item["digest"] in shown.stdout for item in lineage["epochs"]), shown
+    listed = cli("--ids", "1")
+    assert listed.returncode == 0 and "recorded digest" in listed.stderr, listed.stderr
+    assert listed.stdout.split() == [str(uuid.UUID(hex=u)) for u in orders[1]]
+
+
+def test_jobs_on_the_same_split_with_the_same_seed_record_the_same_order(cluster: Cluster, ns: str, split: dict):
+    """Lineage across jobs: the same Split and seed give the same epoch digest, on one rank or two (every sample
+    once, in the same global order); another seed gives another."""
+    for name, seed, replicas in (("order-a", 7, 1), ("order-b", 7, 2), ("order-c", 8, 1)):
+        job = trainingjob(name, replicas=replicas, epochs=1)
+        job["spec"]["loader"]["seed"] = seed
+        create(cluster, ns, "trainingjobs", job)
+    digests = {name: wait_phase(cluster, ns, name, "Succeeded")["status"]["lineage"]["epochs"]
+               for name in ("order-a", "order-b", "order-c")}
+    assert digests["order-a"] == digests["order-b"] and [e["epoch"] for e in digests["order-a"]] == [0]
+    assert digests["order-c"][0]["digest"] != digests["order-a"][0]["digest"]
 
 
 def check_no_credentials_reach_the_trainer(cluster: Cluster, ns: str, pod) -> None:

@@ -4,7 +4,7 @@ Every command that talks to Cassandra takes ``--hosts/--port/--username/--passwo
 the defaults reach the ring started by ``ringfeed local up``.
 """
 
-from ringfeed.cli import cache, datasets, demo, load, local, serve, splits  # noqa: F401  (they register their commands)
+from ringfeed.cli import cache, datasets, demo, lineage, load, local, serve, splits  # noqa: F401  (they register)
 from ringfeed.cli.app import main
 
 __all__ = ["main"]

@@ -94,6 +94,7 @@ class Endpoints:
         status.update(ready=server.producer.connected.is_set(), paused=server.paused.is_set(),
                       samples_delivered=server.samples_delivered(),
                       corrupt=server.corrupt(), missing=server.missing(), position=server.position,
+                      epoch_digests=server.epoch_digests(),
                       uptime_s=round(time.monotonic() - status.pop("started"), 3))
         return status
 

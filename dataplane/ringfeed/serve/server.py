@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ringfeed._native import LoaderMetrics
 from ringfeed.errors import RingfeedError, RingTimeout, RingUnavailable
+from ringfeed.lineage import epoch_digest
 from ringfeed.loader import Loader, LoaderSource
 from ringfeed.serve.slots import Slots
 from ringfeed_client.batch import Blobs
@@ -37,6 +38,7 @@ log = logging.getLogger("ringfeed.serve")
 
 STATE_FILE = "state.json"
 POLL_S = 0.2  # how often a blocked producer looks whether it should stop
+REPORTED_EPOCHS = 64  # epochs whose lineage digest /status carries (ringfeed.lineage)
 # Failures a restart of the sidecar may cure (the kubelet restarts it; the trainer's Feed reconnects): the producer
 # ends the process on these. Any other error is the trainer's to see.
 RESTARTABLE = (RingUnavailable, RingTimeout)
@@ -193,6 +195,7 @@ class FeedServer:
         self.metrics = LoaderMetrics()  # the native reader's, across the producers' loaders
         self.producer = self._start_producer(self.position)
         self.held: Batch | None = None
+        self._digests: dict[int, str] = {}  # lineage digests of finished epochs, computed once
 
     # -- position ----------------------------------------------------------------------------------------------------
 
@@ -245,6 +248,16 @@ class FeedServer:
     def samples_delivered(self) -> int:
         """Samples of this rank handed out since the first epoch began, from the position (survives restarts)."""
         return self.loader.plan.samples_delivered(self.status.epoch, self.status.offset)
+
+    def epoch_digests(self) -> dict[str, str]:
+        """The lineage digest (ringfeed.lineage) of each of the last REPORTED_EPOCHS epochs this rank has finished;
+        the operator polls far more often than that many epochs pass."""
+        finished = min(self.status.epoch, self.epochs)
+        reported = range(max(0, finished - REPORTED_EPOCHS), finished)
+        for epoch in reported:
+            if epoch not in self._digests:
+                self._digests[epoch] = epoch_digest(self.source.uuids, self.loader.plan, epoch)
+        return {str(epoch): self._digests[epoch] for epoch in reported}
 
     def corrupt(self) -> int:
         return self._counted["corrupt"] + self.producer.loader.stats.corrupt

@@ -4,6 +4,7 @@ across restarts of the trainer and of the sidecar."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import os
@@ -171,12 +172,20 @@ def test_stored_bytes_arrive_as_blobs(slides, sidecars):
     assert count == len(train_uuids(slides))
 
 
-def test_ranks_cover_each_epoch_exactly_once(slides, sidecars):
-    feeds = [Feed(sidecars("--rank", str(r), "--world-size", "2", "--epochs", "2").directory, with_uuids=True)
-             for r in range(2)]
+def test_ranks_cover_each_epoch_exactly_once_and_report_its_order_as_lineage(slides, sidecars):
+    started = [sidecars("--rank", str(r), "--world-size", "2", "--epochs", "2") for r in range(2)]
+    feeds = [Feed(sidecar.directory, with_uuids=True) for sidecar in started]
+    digests = []
     for _ in range(2):
-        delivered = [u for feed in feeds for u in uuids_of(epoch(feed))]
-        assert sorted(delivered) == train_uuids(slides)
+        by_rank = [uuids_of(epoch(feed)) for feed in feeds]
+        assert sorted(by_rank[0] + by_rank[1]) == train_uuids(slides)
+        # Rank r consumed positions r, r + 2, … of the epoch's order: the order the lineage digest is taken over.
+        order = [None] * (len(by_rank[0]) + len(by_rank[1]))
+        order[0::2], order[1::2] = by_rank
+        digests.append("sha256:" + hashlib.sha256(b"".join(order)).hexdigest())
+    assert digests[0] != digests[1]  # each epoch has an order of its own
+    for sidecar in started:
+        assert json.loads(sidecar.get("/status")[1])["epoch_digests"] == {"0": digests[0], "1": digests[1]}
     for feed in feeds:
         feed.close()
 

@@ -12,6 +12,7 @@ import kopf
 
 from ringfeed_operator.builders.cache import cache_spec
 from ringfeed_operator.builders.dataset import catalog_name
+from ringfeed_operator.builders.lineage import lineage_epochs, lineage_record
 from ringfeed_operator.builders.network import trainingjob_policy
 from ringfeed_operator.builders.ring import LABEL_RING
 from ringfeed_operator.builders.trainingjob import (
@@ -105,6 +106,8 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
             memo.kube.delete_jobs(namespace, f"{LABEL_TRAININGJOB}={name}")
             raise kopf.TemporaryError("making the Job again with the ranks' kept positions", delay=2)
     patch.status.update(jobName=name, splitVersion=computed["version"])
+    if not (status.get("lineage") or {}).get("contentHash"):
+        patch.status["lineage"] = lineage_record(spec, split, dataset, catalog_name(dataset_name, dataset["spec"]))
     if not status.get("phase"):
         patch.status["phase"] = "Pending"
         conditions.set("Ready", False, "Starting", f"starting {spec.get('replicas', 1)} rank(s)")
@@ -177,6 +180,13 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     reports = {rank: report for pod in live if sidecars
                and (rank := rank_of(pod)) is not None and (report := feed_status(pod)) is not None}
     ranks = rank_progress(status.get("ranks") or [], reports)
+    recorded = (status.get("lineage") or {}).get("epochs") or []
+    lineage, disagreed = lineage_epochs(recorded, ranks, reports, replicas)
+    if lineage != recorded:
+        patch.status["lineage"] = {"epochs": lineage}
+    if disagreed:
+        event(body, "LineageMismatch", f"the ranks report different orders for epoch(s) {disagreed}: they do not "
+              "read the same Split version with the same seed", warning=True)
     figures = summary(ranks, replicas, epochs)
     now = now_rfc3339()
     rate = _rate(status, figures["samplesDelivered"], now)
