@@ -54,8 +54,10 @@ class LoaderOptions:
     """This process's share of the epoch, in [0, world_size)."""
     world_size: int = 1
     """Processes sharing the epoch."""
-    remainder: str = "uneven"
-    """Tail of an epoch across ranks: ``uneven`` (exactly once), ``pad`` (repeat) or ``drop``."""
+    remainder: str = "pad"
+    """Tail of an epoch across ranks: ``pad`` (the first samples of the order again, so that every rank has as many
+    batches: DDP's collectives never wait on a rank that has finished; the TrainingJob's default too), ``uneven``
+    (every sample exactly once; ranks may differ by one batch) or ``drop``."""
     prefetch: int = 2
     """Batches in flight ahead of the consumer at least; the reader's adaptive window asks for more where the link
     needs them (``memory_bytes`` bounds them)."""

@@ -82,7 +82,7 @@ def test_every_sample_exactly_once_per_epoch_across_ranks(module_store, slides, 
     split = load_split(module_store, name, "by-patient")
     expected = sorted(u.tobytes() for u in split.uuids("train"))
     ranks = [Loader(name, "by-patient", "train", batch_size=16, store=module_store, rank=r, world_size=world_size,
-                    seed=5, with_uuids=True) for r in range(world_size)]
+                    seed=5, with_uuids=True, remainder="uneven") for r in range(world_size)]
     for epoch in range(2):
         delivered = []
         for loader in ranks:
@@ -101,7 +101,8 @@ def test_global_order_is_the_same_for_any_world_size_and_differs_per_epoch(modul
     orders = {}
     for world_size in (1, 2, 3):
         streams = [all_uuids(Loader(name, "by-patient", "train", batch_size=8, store=module_store, rank=r,
-                                    world_size=world_size, seed=9, with_uuids=True)) for r in range(world_size)]
+                                    world_size=world_size, seed=9, with_uuids=True, remainder="uneven"))
+                   for r in range(world_size)]
         merged = [None] * sum(len(s) for s in streams)
         for rank, stream in enumerate(streams):
             merged[rank::world_size] = stream
@@ -140,7 +141,7 @@ def test_elastic_resume_with_another_world_size(module_store, slides):
     name, _ = slides
     split_uuids = sorted(u.tobytes() for u in load_split(module_store, name, "by-patient").uuids("train"))
     before = [Loader(name, "by-patient", "train", batch_size=8, store=module_store, rank=r, world_size=2,
-                     with_uuids=True) for r in range(2)]
+                     with_uuids=True, remainder="uneven") for r in range(2)]
     read = []
     for loader in before:  # three batches on each rank, in lockstep
         iterator = iter(loader)
@@ -148,7 +149,7 @@ def test_elastic_resume_with_another_world_size(module_store, slides):
     state = before[0].state_dict()
     assert state["offset"] == 3 * 8 * 2 == before[1].state_dict()["offset"]
     after = [Loader(name, "by-patient", "train", batch_size=8, store=module_store, rank=r, world_size=3,
-                    with_uuids=True) for r in range(3)]
+                    with_uuids=True, remainder="uneven") for r in range(3)]
     for loader in after:
         loader.load_state_dict(state)
         read += all_uuids(loader)

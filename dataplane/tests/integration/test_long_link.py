@@ -94,7 +94,7 @@ def test_the_link_is_long(dataset, far_address):
 
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_every_sample_exactly_once_in_the_epoch_order(dataset, far_address, world_size):
-    options = LoaderOptions(batch_size=16, seed=4, world_size=world_size, with_uuids=True)
+    options = LoaderOptions(batch_size=16, seed=4, world_size=world_size, with_uuids=True, remainder="uneven")
     near = [uuids_of(Loader.from_source(dataset, options=options, rank=r)) for r in range(world_size)]
     distant = [uuids_of(Loader.from_source(far(dataset, far_address), options=options, rank=r))
                for r in range(world_size)]
@@ -114,13 +114,13 @@ def test_resume_mid_epoch_yields_the_identical_remainder(dataset, far_address):
 
 def test_elastic_resume_with_another_world_size(dataset, far_address):
     before = [Loader.from_source(far(dataset, far_address), batch_size=16, seed=3, rank=r, world_size=2,
-                                 with_uuids=True) for r in range(2)]
+                                 with_uuids=True, remainder="uneven") for r in range(2)]
     read = []
     for loader in before:
         read += uuids_of(loader, batches=4)
     state = before[0].state_dict()
     after = [Loader.from_source(far(dataset, far_address), batch_size=16, seed=3, rank=r, world_size=3,
-                                with_uuids=True) for r in range(3)]
+                                with_uuids=True, remainder="uneven") for r in range(3)]
     for loader in after:
         loader.load_state_dict(state)
         read += uuids_of(loader)

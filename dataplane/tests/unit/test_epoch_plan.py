@@ -73,7 +73,7 @@ def test_resume_yields_exactly_the_remainder(n, b, seed, epoch, data):
 @given(n=samples, b=batch_sizes, seed=seeds, data=st.data())
 def test_resume_with_another_world_size_is_elastic(n, b, seed, data):
     before, after = data.draw(st.sampled_from(WORLD_SIZES)), data.draw(st.sampled_from(WORLD_SIZES))
-    first = plan(n, b, seed=seed, world_size=before)
+    first = plan(n, b, seed=seed, world_size=before, remainder="uneven")
     offset = first.offset_after(0, data.draw(st.integers(0, n // (b * before) + 1)))
     resumed = np.concatenate([p.rank_indices(3, offset) for p in plans(n, b, after, seed)])
     assert sorted(resumed.tolist()) == sorted(first.global_order(3)[offset:].tolist())
@@ -116,7 +116,7 @@ def test_batches_slice_the_rank_stream_in_order(n, b, seed, epoch, data):
 
 
 def test_batches_are_full_except_the_last():
-    rank_one = plan(103, 10, rank=1, world_size=2)
+    rank_one = plan(103, 10, rank=1, world_size=2, remainder="uneven")
     assert [len(batch) for batch in rank_one.batches(0)] == [10, 10, 10, 10, 10, 1]
     assert rank_one.batch_count() == 6
     # From an offset, the batches start at the rank's first unconsumed position.

@@ -52,7 +52,7 @@ def test_bad_decode_sizes_are_refused(decode, message):
 def test_defaults_are_those_documented():
     options = LoaderOptions()
     assert (options.batch_size, options.decode, options.shuffle, options.seed) == (64, None, True, 0)
-    assert (options.rank, options.world_size, options.remainder) == (0, 1, "uneven")
+    assert (options.rank, options.world_size, options.remainder) == (0, 1, "pad")
     assert (options.prefetch, options.concurrency, options.request_bytes) == (2, 128, 512 * 1024)
     assert options.memory_bytes == 128 * 2**20
     assert (options.decode_threads, options.consistency, options.missing, options.max_retries) == (0, "ONE", "raise", 8)
