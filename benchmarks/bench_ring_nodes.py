@@ -81,7 +81,8 @@ def read_forever(source: LoaderSource, rank: int, world: int, batch: int, cpus: 
     while not stop.is_set():
         try:
             if loader is None:
-                loader = Loader.from_source(source, batch_size=batch, rank=rank, world_size=world, seed=rank)
+                loader = Loader.from_source(source, batch_size=batch, rank=rank, world_size=world, seed=rank,
+                                            remainder="uneven")
             for _, labels in loader:
                 samples += len(labels)
                 if time.monotonic() - last >= REPORT_EVERY_S:

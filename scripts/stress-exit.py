@@ -50,12 +50,12 @@ def child_loader_mid_epoch(dataset: str) -> None:
 
 
 def child_torch_workers(dataset: str) -> None:
-    """ringfeed.torch.DataLoader with two workers left mid-epoch, and a main-process loader left mid-epoch."""
+    """ringfeed.torch.RingfeedDataLoader with two workers left mid-epoch, and a main-process loader left mid-epoch."""
     from ringfeed import Loader
-    from ringfeed.torch import DataLoader, RingfeedDataset
+    from ringfeed.torch import RingfeedDataLoader, RingfeedDataset
 
     data = RingfeedDataset(dataset, SPLIT, "train", batch_size=8, seed=1)
-    batches = iter(DataLoader(data, num_workers=2))
+    batches = iter(RingfeedDataLoader(data, num_workers=2))
     next(batches)
     next(iter(Loader(dataset, SPLIT, "val", batch_size=4, prefetch=3)))
     next(batches)

@@ -224,7 +224,7 @@ class Loader:
         """Where this loader stands: resume with ``load_state_dict`` (any world size when nothing was delivered
         out of order)."""
         if self.options.shard[1] > 1:
-            raise RingfeedError("a sharded loader does not keep a position; ringfeed.torch.DataLoader keeps it")
+            raise RingfeedError("a sharded loader does not keep a position; ringfeed.torch.RingfeedDataLoader keeps it")
         return self._state()
 
     def _state(self) -> dict:

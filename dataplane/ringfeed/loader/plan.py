@@ -6,8 +6,9 @@ the global order have been consumed. Rank r of w takes the positions offset + r,
 after every rank has read k batches of b samples, exactly the positions [offset, offset + k·b·w) are consumed and
 the state stays one number. The tail of an epoch follows an explicit remainder policy:
 
-- ``uneven`` (default): every sample exactly once; ranks differ by at most one sample (and so one batch).
-- ``pad``: the order is extended with its own first samples to a multiple of w; every rank gets the same count and
+- ``uneven``: every sample exactly once; ranks differ by at most one sample (and so one batch).
+- ``pad`` (default, as the TrainingJob's: DDP's collectives need every rank to take as many steps): the order is
+  extended with its own first samples to a multiple of w; every rank gets the same count and
   w − 1 positions at most are read a second time.
 - ``drop``: the last n mod w samples of the order are left out; every rank gets the same count.
 """

@@ -173,7 +173,8 @@ def test_stored_bytes_arrive_as_blobs(slides, sidecars):
 
 
 def test_ranks_cover_each_epoch_exactly_once_and_report_its_order_as_lineage(slides, sidecars):
-    started = [sidecars("--rank", str(r), "--world-size", "2", "--epochs", "2") for r in range(2)]
+    started = [sidecars("--rank", str(r), "--world-size", "2", "--epochs", "2", "--remainder", "uneven")
+               for r in range(2)]
     feeds = [Feed(sidecar.directory, with_uuids=True) for sidecar in started]
     digests = []
     for _ in range(2):
@@ -222,8 +223,10 @@ def test_a_trainer_restarted_without_a_checkpoint_gets_the_batch_it_held_again(s
 
 
 def test_a_killed_sidecar_restarts_where_the_trainer_stands(slides, sidecars):
-    sidecar = sidecars("--seed", "13", "--rank", "1", "--world-size", "2", "--epochs", "2")
-    other = Feed(sidecars("--seed", "13", "--rank", "0", "--world-size", "2", "--epochs", "2").directory,
+    sidecar = sidecars("--seed", "13", "--rank", "1", "--world-size", "2", "--epochs", "2",
+                       "--remainder", "uneven")
+    other = Feed(sidecars("--seed", "13", "--rank", "0", "--world-size", "2", "--epochs", "2",
+                         "--remainder", "uneven").directory,
                  with_uuids=True)
     feed = Feed(sidecar.directory, with_uuids=True, reconnect_s=60)
     delivered: list[bytes] = []
