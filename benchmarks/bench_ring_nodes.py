@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ringfeed.connection import ClusterAddress
+from ringfeed.errors import RingfeedError
 from ringfeed.ingest import IngestOptions, ingest
 from ringfeed.loader import Loader, LoaderSource
 from ringfeed.local import LocalRing, RingSettings
@@ -252,10 +253,13 @@ def main() -> int:
             for previous, nodes in zip([None, *sizes], sizes, strict=False):
                 if previous is not None:
                     step = Phase(f"{previous} → {nodes}", nodes, steady=False, start=time.time())
-                    if nodes > previous:
-                        on_cpus_of(nodes, ring.add_node)
-                    else:
-                        ring.remove_node(previous, force=True)  # the system keyspaces' RF 2-3
+                    try:
+                        if nodes > previous:
+                            on_cpus_of(nodes, ring.add_node)
+                        else:
+                            ring.remove_node(previous, force=True)  # the system keyspaces' RF 2-3
+                    except RingfeedError as error:  # e.g. a join whose streaming failed: the run ends here
+                        load.errors.append(f"step {previous} → {nodes}: {error}")
                     load.wait(SETTLE_S)
                     step.end = time.time()
                     phases.append(step)

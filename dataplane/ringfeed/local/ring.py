@@ -207,6 +207,7 @@ class LocalRing:
                                 start_new_session=True)
         log.close()
         (node_dir / "pid").write_text(str(proc.pid))
+        joining = index not in self._members and bool(self._members)
         if index not in self._members:
             self._members.append(index)
             self._save()
@@ -216,9 +217,20 @@ class LocalRing:
                 raise RingfeedError(f"node {index} exited with code {proc.returncode} while starting; "
                                     f"see {node_dir / 'logs' / 'system.log'}")
             if cql_answers(self.address(index)):
+                if joining:
+                    self._require_joined(index)
                 return proc.pid
             time.sleep(0.25)
         raise RingfeedError(f"node {index} did not answer CQL within {timeout_s:.0f} s; see {node_dir / 'logs'}")
+
+    def _require_joined(self, index: int) -> None:
+        """A node whose bootstrap streaming failed still opens its CQL port, in mode JOINING, without all of its
+        ranges' data: refuse it rather than let it look like a member."""
+        mode = next((line.split(":", 1)[1].strip() for line in self.nodetool(index, "netstats").splitlines()
+                     if line.startswith("Mode:")), "unknown")
+        if mode != "NORMAL":
+            raise RingfeedError(f"node {index} answers CQL but has not joined the ring (mode {mode}): its bootstrap "
+                                f"did not complete; see {self._node_dir(index) / 'logs' / 'system.log'}")
 
     def stop_node(self, index: int) -> None:
         """Graceful stop (SIGTERM); the node stays a ring member and can be started again."""
