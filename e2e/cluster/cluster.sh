@@ -191,13 +191,13 @@ registry_up() { # inside the namespace: the registry and its read-only mirror, u
     mkdir -p "$state"/{logs,run,etc} "$RINGFEED_CACHE/registry"
     make_pki
     registry_pki
-    local name port readonly auth
+    local name port read_only auth
     for name in registry registry-mirror; do
         alive "$name" && continue
-        port=5000 readonly=false auth=""
-        [[ $name == registry-mirror ]] && port=5001 readonly=true auth="# "
+        port=5000 read_only=false auth=""
+        [[ $name == registry-mirror ]] && port=5001 read_only=true auth="# "
         sed -e "s#@STATE@#$state#g" -e "s#@NODE_IP@#$node_ip#g" -e "s#@DATA@#$RINGFEED_CACHE/registry#g" \
-            -e "s#@PORT@#$port#g" -e "s#@READONLY@#$readonly#g" -e "s|@AUTH@|$auth|g" \
+            -e "s#@PORT@#$port#g" -e "s#@READONLY@#$read_only#g" -e "s|@AUTH@|$auth|g" \
             "$here/etc/registry.yml" >"$state/etc/$name.yml"
         # No OpenTelemetry exporter: it would post traces to localhost:4318, where nothing listens.
         start "$name" env OTEL_TRACES_EXPORTER=none "$bin/registry" serve "$state/etc/$name.yml"
