@@ -61,8 +61,12 @@ def read_lineage(namespace: str, name: str, kubeconfig: str | None) -> dict:
             from None
     try:
         config.load_kube_config(config_file=kubeconfig)
-    except config.ConfigException:
-        config.load_incluster_config()
+    except config.ConfigException as outside:
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            raise RingfeedError(f"no cluster to read TrainingJob {namespace}/{name} from: {outside} (give "
+                                "--kubeconfig or KUBECONFIG, or run it in a Pod)") from None
     try:
         job = cast(dict, client.CustomObjectsApi().get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                                                 name))

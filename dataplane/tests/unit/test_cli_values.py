@@ -71,6 +71,9 @@ BAD_VALUES = {
     "address: not loopback (cache tier)": (["cache", "up", "/tmp/ring", "--address", "10.0.0.1"], "--address"),
     "size: not HxW (decode)": (["load", "d", "s", "--decode", "224"], "224"),
     "both ratios and folds": (["split", "create", "d", "s", "--ratios", "8,2", "--folds", "5"], "--folds"),
+    "name: no namespace (lineage)": (["lineage", "resnet"], "NAMESPACE/TRAININGJOB"),
+    "name: no name (lineage)": (["lineage", "team-a/"], "NAMESPACE/TRAININGJOB"),
+    "count: negative (lineage epoch)": (["lineage", "team-a/resnet", "--ids", "-1"], "--ids"),
 }
 
 
@@ -91,6 +94,14 @@ def test_the_bad_value_check_fails_where_a_value_is_accepted():
     """The test above can fail: a good value gets past the option (here: to the unreachable ring, exit 1)."""
     result = invoke("--port", "9042", "ingest", "d", ".", "--workers", "2", "--max-sample-mb", "8")
     assert result.exit_code == 1 and result.stderr.startswith("error: ")
+
+
+def test_lineage_without_a_cluster_says_where_to_find_one(tmp_path):
+    result = invoke("lineage", "team-a/resnet", "--kubeconfig", str(tmp_path / "absent"),
+                    env={"KUBERNETES_SERVICE_HOST": "", "HOME": str(tmp_path)})
+    assert result.exit_code == 1 and "Traceback" not in result.stderr, (result.stderr, result.exception)
+    assert result.stderr.startswith("error: no cluster to read TrainingJob team-a/resnet from") and \
+        "--kubeconfig" in result.stderr
 
 
 def _options():
