@@ -45,6 +45,7 @@ from ringfeed.splits import SplitSpec, create_split
 from ringfeed.store import Store
 
 from bench_ingest import make_source, schema_for
+from bench_ring_scale import rate
 
 REPO = Path(__file__).resolve().parents[1]
 DATASET = "bench_ring_nodes"
@@ -146,7 +147,7 @@ class Load:
         return [sum(column) for column in zip(*known, strict=True)] if known else []
 
     def rate(self, start: float, end: float) -> float:
-        return sum(n for at, n in self.timeline if start <= at < end) / (end - start)
+        return rate(self.timeline, start, end)
 
     def __exit__(self, *_) -> None:
         self.stop.set()

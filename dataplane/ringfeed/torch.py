@@ -51,9 +51,7 @@ def shard_batches(plan: EpochPlan, state: dict, shard: tuple[int, int]) -> list[
     """The batches (numbered from the state's offset) that DataLoader worker ``shard[0]`` of ``shard[1]`` reads from
     the position `state`, in its order: every count-th one from its index, less those the state skips (the rule of
     ``LoaderOptions.shard``)."""
-    index, count = shard
-    skip = set(state["skip"])
-    return [b for b in range(index, plan.batch_count(state["offset"]), count) if b not in skip]
+    return plan.shard_batch_numbers(state["offset"], set(state["skip"]), shard)
 
 
 def handed_out(plan: EpochPlan, state: dict, workers: int, batches: int) -> list[int]:

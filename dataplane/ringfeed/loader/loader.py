@@ -116,7 +116,7 @@ def connections_per_node(window_bytes: int, tls: bool = False) -> int:
     except (OSError, IndexError, ValueError):
         receive_buffer = 6 * 1024 * 1024  # Linux's default maximum
     for_the_link = -(-window_bytes // receive_buffer)
-    return max(1, min(8, max(for_the_link, TLS_CONNECTIONS_PER_NODE if tls else 1)))
+    return min(8, max(for_the_link, TLS_CONNECTIONS_PER_NODE if tls else 1))
 
 
 @dataclasses.dataclass
@@ -252,8 +252,7 @@ class Loader:
         or from `offset` skipping `skip`)."""
         offset = self.offset if offset is None else offset
         skip = self._skip if skip is None else skip
-        index, count = self.options.shard
-        return [b for b in range(index, self.plan.batch_count(offset), count) if b not in skip]
+        return self.plan.shard_batch_numbers(offset, skip, self.options.shard)
 
     def _adopt_next_epoch(self, fetcher: Fetcher, epoch: int, start: int) -> list[tuple[int, int, np.ndarray]]:
         """The batches submitted ahead for this epoch, if the position is still where they were meant to start; ones

@@ -87,6 +87,12 @@ class EpochPlan:
         size = self.options.batch_size
         return [indices[start : start + size] for start in range(0, len(indices), size)]
 
+    def shard_batch_numbers(self, offset: int, skip, shard: tuple[int, int]) -> list[int]:
+        """The batches (counted from `offset`) that shard ``(index, count)`` of this rank reads, in order: every
+        count-th one from its index, less those in `skip` (delivered ahead, out of order)."""
+        index, count = shard
+        return [b for b in range(index, self.batch_count(offset), count) if b not in skip]
+
     def offset_after(self, offset: int, batches: int) -> int:
         """The global offset once every rank has read `batches` more batches from `offset`."""
         self.check_offset(offset)
