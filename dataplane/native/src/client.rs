@@ -33,6 +33,18 @@ const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// How long stopping a runtime waits for its threads.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 
+/// Threads of a session's I/O runtime. Two carry plain text at every rate measured (130k rows/s of 20 kB on 16
+/// cores). Over TLS a connection's records are decrypted by the thread that polls it, and two threads capped TLS at
+/// 1.8 GB/s there: one thread per connection to a node, as many as the cores allow.
+fn io_threads(tls: bool, connections_per_node: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |cores| cores.get());
+    if tls {
+        connections_per_node.clamp(2, cores.max(2))
+    } else {
+        2
+    }
+}
+
 /// A tokio runtime whose threads are stopped and joined (up to 2 s, without the GIL) when it is closed or dropped:
 /// threads left running while the process exits (interpreter finalisation, then libc's exit handlers) crash it.
 /// Requests still in flight are abandoned.
@@ -45,9 +57,9 @@ struct IoRuntime {
 }
 
 impl IoRuntime {
-    fn start() -> PyResult<Self> {
+    fn start(worker_threads: usize) -> PyResult<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(worker_threads)
             .thread_name("ringfeed-io")
             .enable_all()
             .build()
@@ -293,7 +305,10 @@ impl Client {
             }
         }
 
-        let runtime = IoRuntime::start()?;
+        let runtime = IoRuntime::start(io_threads(
+            connect.tls_ca_file.is_some(),
+            connect.connections_per_node.get(),
+        ))?;
         let session = block_on(py, &runtime, builder.build())?.map_err(|err| {
             Failure::new(
                 session_kind(&err),
@@ -405,5 +420,14 @@ mod tests {
         assert_eq!(contact_point("::1", 9042), "[::1]:9042");
         assert_eq!(contact_point("[::1]", 9042), "[::1]:9042");
         assert_eq!(contact_point("node-1.ring", 19042), "node-1.ring:19042");
+    }
+
+    #[test]
+    fn tls_sessions_poll_each_connection_to_a_node_on_a_thread_of_its_own() {
+        let cores = std::thread::available_parallelism().map_or(2, |cores| cores.get());
+        assert_eq!(io_threads(false, 8), 2);
+        assert_eq!(io_threads(true, 1), 2);
+        assert_eq!(io_threads(true, 4), 4.min(cores.max(2)));
+        assert_eq!(io_threads(true, 64), cores.max(2));
     }
 }

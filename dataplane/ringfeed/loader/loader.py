@@ -101,9 +101,10 @@ class LoaderSource:
                 store.close()
 
 
-# A TLS connection's records are encrypted by one event-loop thread of the node and decrypted by one task of the
-# loader: on the 16-core device machine two connections carried 85k rows/s of 20 kB over TLS, 130k in plain text.
-TLS_CONNECTIONS_PER_NODE = 4
+# A TLS connection's records are encrypted by one event-loop thread of the node and decrypted by the loader's thread
+# that polls it (the native session runs one per connection to a node): on the 16-core device machine 2 connections
+# carried 85k rows/s of 20 kB over TLS, 4 carried 100-111k, 8 carried 108-113k; plain text 117-133k.
+TLS_CONNECTIONS_PER_NODE = 8
 
 
 def connections_per_node(window_bytes: int, tls: bool = False) -> int:

@@ -88,10 +88,10 @@ def test_the_error_is_a_ringfeed_error():
 
 @pytest.mark.parametrize(("window_mib", "rmem_mib", "tls", "expected"), [
     (64, 32, False, 2),   # the link alone: 2 receive buffers
-    (64, 32, True, 4),    # TLS: the cipher work on at least 4 cores of either side
-    (64, 6, True, 8),     # a long link needs more than TLS does: 11, capped at 8
+    (64, 32, True, 8),    # TLS: the cipher work on 8 cores of either side
+    (64, 6, False, 8),    # a long link: 11, capped at 8
     (1, 6, False, 1),
-    (1, 6, True, 4),
+    (1, 6, True, 8),
 ])
 def test_connections_per_node_covers_the_link_and_spreads_tls(monkeypatch, tmp_path, window_mib, rmem_mib, tls,
                                                               expected):
