@@ -179,7 +179,13 @@ test-rust: ## cargo test: the native extension's pure parts (decoding, batch ass
 test-integration: deps alluxio $(WANPROXY) $(PROMTOOL) ## Data-plane tests against real Cassandra nodes on loopback
 	$(PY) -m pytest dataplane/tests/integration
 
-test-e2e: deps prometheus k8s-binaries images chart ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
+# The release the upgrade e2e starts from (test_ring.py).
+PREVIOUS_RELEASE := e2e/upgrade/0.1.0
+
+previous-release: images ## The previous release's chart and images in the local registry (the upgrade e2e starts from it)
+	@images/build.sh previous $(PREVIOUS_RELEASE)
+
+test-e2e: deps prometheus k8s-binaries images chart previous-release ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
 	@e2e/cluster/cluster.sh down >/dev/null  # the registry that make images and make chart left running
 	$(PY) -m pytest e2e/host
 	e2e/cluster/cluster.sh run $(PY) -m pytest e2e/tests
@@ -221,4 +227,4 @@ bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale clean
+.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart previous-release cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale clean

@@ -13,6 +13,9 @@
 #   build.sh wheels   only the wheelhouses that are the Dockerfiles' build contexts (for a Docker build elsewhere)
 #   build.sh image NAME   (development) wheels and images/NAME alone, pushed to the local registry; the next `all`
 #                     rebuilds every image
+#   build.sh previous FOLDER   a previous release (FOLDER: e2e/upgrade/<version>, its packaged chart and operator
+#                     wheel) in the local registry, for the upgrade e2e: its operator image is this build's with that
+#                     release's operator package; its other images are this build's, tagged <version>
 #
 # RUN steps use chroot isolation in the host's network namespace: no bridge, no NAT rule, no netns is created.
 set -euo pipefail
@@ -221,6 +224,41 @@ chart() { # [registry]: the packaged chart, pinned to the images pushed there, p
         "${options[@]}"
 }
 
+previous() { # folder: e2e/upgrade/<version> with ringfeed-<version>.tgz and ringfeed_operator-<version>-*.whl
+    local folder released registry via auth_file ca_dir options=(--quiet) records container site name id unpacked
+    folder=$(cd "$1" && pwd) released=$(basename "$1")
+    setup_buildah
+    use_registry local
+    [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
+    [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
+    # The release's operator code on this build's libraries: only its own package replaces this build's.
+    unpacked=$(mktemp -d "$store/tmp/operator.XXXXXX")
+    "$python" -m zipfile -e "$folder"/ringfeed_operator-"$released"-*.whl "$unpacked"
+    container=$(buildah from --pull=never "localhost/ringfeed/operator:$version")
+    site=$(buildah run "$container" -- python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    buildah run --user 0:0 "$container" -- sh -c "rm -rf $site/ringfeed_operator $site/ringfeed_operator-*.dist-info"
+    buildah copy --quiet "$container" "$unpacked" "$site" >/dev/null
+    buildah commit --rm --quiet "$container" "localhost/ringfeed/operator:$released" >/dev/null
+    rm -rf "$unpacked"
+    for name in dataplane trainer alluxio; do
+        buildah tag "localhost/ringfeed/$name:$version" "localhost/ringfeed/$name:$released"
+    done
+    # Its push records: the images tagged <released>, and this build's Ring images (their tags carry no release).
+    records=$cache/pushed-$released
+    rm -rf "$records" && mkdir -p "$records"
+    cp "$(pushed_dir "$registry")"/{cass-operator,k8ssandra-client,cassandra-maac} "$records/"
+    for name in "${images[@]}"; do
+        id=$(buildah inspect --type image --format '{{.FromImageID}}' "localhost/ringfeed/$name:$released")
+        "${via[@]}" buildah push "${options[@]}" --digestfile "$records/.digest" "localhost/ringfeed/$name:$released" \
+            "docker://$registry/ringfeed/$name:$released"
+        echo "$id $(cat "$records/.digest") $registry/ringfeed/$name:$released" >"$records/$name"
+    done
+    "${via[@]}" "$python" "$repo/scripts/package-chart.py" --helm "$RINGFEED_CACHE/k8s/bin/helm" \
+        --chart "$folder/ringfeed-$released.tgz" --pushed "$records" --registry "$registry" \
+        --out "$RINGFEED_CACHE/chart/previous" --push ${auth_file:+--registry-config "$auth_file"} \
+        ${ca_dir:+--ca-file "$ca_dir/ca.crt"}
+}
+
 archives() { # every image as an OCI archive (for `kind load image-archive`), rewritten when the image changed
     setup_buildah
     local image
@@ -278,7 +316,8 @@ case "${1:-}" in
     image) one "${2:?usage: build.sh image NAME}" ;;
     push) setup_buildah; push_images "${2:-local}" ;;
     chart) chart "${2:-local}" ;;
+    previous) timed "previous release" previous "${2:?usage: build.sh previous FOLDER}" ;;
     archives) archives ;;
     wheels) build_wheels ;;
-    *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

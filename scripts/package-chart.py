@@ -6,7 +6,10 @@ by the digest `images/build.sh push` recorded for it there. It refuses to packag
 whose pushed tag is not the chart's.
 
     python scripts/package-chart.py --helm HELM --pushed .cache/images/pushed/<registry> --registry R --out DIR
-        [--push [--ca-file CA] [--registry-config AUTH]]
+        [--chart CHART] [--push [--ca-file CA] [--registry-config AUTH]]
+
+CHART is charts/ringfeed by default; a packaged chart (.tgz) is packaged again for the registry (the upgrade e2e's
+previous release).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -79,6 +83,7 @@ def main() -> None:
     parser.add_argument("--pushed", required=True, type=Path, help="the registry's folder of push records")
     parser.add_argument("--registry", required=True, help="host[:port][/path] the images were pushed to")
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--chart", type=Path, default=CHART, help="a chart folder or a packaged chart (.tgz)")
     parser.add_argument("--push", action="store_true", help="push the package to oci://<registry>/charts")
     parser.add_argument("--ca-file", help="CA of the registry's certificate (helm push --ca-file)")
     parser.add_argument("--registry-config", help="the registry's login as a docker config (HELM_REGISTRY_CONFIG)")
@@ -88,7 +93,11 @@ def main() -> None:
     options.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         chart = Path(work) / "ringfeed"
-        shutil.copytree(CHART, chart, symlinks=False)  # the CRDs' link becomes the files themselves
+        if options.chart.is_dir():
+            shutil.copytree(options.chart, chart, symlinks=False)  # the CRDs' link becomes the files themselves
+        else:
+            with tarfile.open(options.chart) as package:
+                package.extractall(work, filter="data")
         app_version = yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"]
         values = chart / "values.yaml"
         values.write_text(pin_values(values.read_text(), options.registry, images, app_version))

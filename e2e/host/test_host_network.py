@@ -47,7 +47,7 @@ spec:
   terminationGracePeriodSeconds: 1
   containers:
     - name: web
-      image: ghcr.io/ringfeed/dataplane:0.1.0   # from the node's mirror of ghcr.io (the cluster's registry)
+      image: ghcr.io/ringfeed/dataplane:0.2.0   # from the node's mirror of ghcr.io (the cluster's registry)
       command: [python3, -m, http.server, "8080"]
       readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
 ---

@@ -224,12 +224,13 @@ def source(tmp_path_factory, cluster: Cluster, ns: str):
 
 
 @pytest.fixture(scope="module")
-def release(cluster: Cluster):
-    """The packaged chart, from the registry, installed with the local values; uninstalled (and its CRDs removed) at
-    the end."""
+def release(cluster: Cluster, request):
+    """The packaged chart, from the registry, installed with the local values (the module's INSTALLED_CHART if it
+    says so: the upgrade e2e's previous release); uninstalled (and its CRDs removed) at the end."""
     cluster.kubectl("create", "namespace", SYSTEM)
     cluster.allow_pulls(SYSTEM)
-    cluster.helm("install", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--wait", "--timeout", "180s",
+    chart = getattr(request.module, "INSTALLED_CHART", CHART_INSTALL)
+    cluster.helm("install", RELEASE, *chart, "-n", SYSTEM, *LOCAL_SETTINGS, "--wait", "--timeout", "180s",
                  timeout=240)
     try:
         yield RELEASE

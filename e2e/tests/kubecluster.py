@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from kubernetes import client, config
 REPO = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("RINGFEED_CLUSTER_DIR", REPO / ".state" / "cluster"))
 CACHE = Path(os.environ.get("RINGFEED_CACHE", REPO / ".cache"))
-IMAGE_VERSION = "0.1.0"
+# The images' tag: the data plane's version (images/build.sh tags them so).
+IMAGE_VERSION = tomllib.loads((REPO / "dataplane" / "pyproject.toml").read_text())["project"]["version"]
 # Node i of the tests' Cassandra ring (a ring outside the cluster) listens on PREFIX + i: an address of this machine
 # that the cluster's Pods reach. Default: the local cluster's node IP, 10.244.0.1, on its bridge.
 RING_ADDRESS_PREFIX = os.environ.get("RINGFEED_E2E_RING_PREFIX", "10.244.0.")
@@ -32,6 +34,10 @@ PULL = {"imagePullSecrets": [{"name": PULL_SECRET}]}
 CHART = REPO / "charts" / "ringfeed"
 CHART_PACKAGE = f"oci://{REGISTRY}/charts/ringfeed"
 CHART_INSTALL = (CHART_PACKAGE, "--version", IMAGE_VERSION, "--ca-file", str(REGISTRY_CA))
+# The release before this one (`make previous-release` pushes its chart and images from e2e/upgrade/<version>): the
+# upgrade e2e installs it, then upgrades to CHART_INSTALL.
+PREVIOUS_VERSION = "0.1.0"
+PREVIOUS_INSTALL = (CHART_PACKAGE, "--version", PREVIOUS_VERSION, "--ca-file", str(REGISTRY_CA))
 LOCAL_VALUES = REPO / "e2e" / "values-local.yaml"
 # The cache tiers' FUSE mounts: the local cluster's shared mount (e2e/cluster/cluster.sh makes it).
 CACHE_HOST_DIR = os.environ.get("RINGFEED_E2E_CACHE_HOST_DIR", str(STATE / "cache-mounts"))

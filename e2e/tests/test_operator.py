@@ -29,6 +29,7 @@ from kubecluster import (
     CHART_INSTALL,
     CRDS,
     GROUP,
+    IMAGE_VERSION,
     LOCAL_SETTINGS,
     PULL_SECRET,
     REGISTRY,
@@ -145,7 +146,7 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     pod = deployment["spec"]["template"]["spec"]
     assert "hostNetwork" not in pod
     # Every image from global.imageRegistry, every Pod pulling with global.imagePullSecrets.
-    assert f"--job-image={REGISTRY}/ringfeed/dataplane:0.1.0" in pod["containers"][0]["args"]
+    assert f"--job-image={REGISTRY}/ringfeed/dataplane:{IMAGE_VERSION}" in pod["containers"][0]["args"]
     assert f"--ring-image={REGISTRY}/ringfeed/cassandra-maac:5.0.9" in pod["containers"][0]["args"]
     assert f"--image-pull-secrets={PULL_SECRET}" in pod["containers"][0]["args"]
     assert pod["imagePullSecrets"] == [{"name": PULL_SECRET}]

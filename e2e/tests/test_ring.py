@@ -8,6 +8,10 @@ operator mid-decommission), then by the autoscaler reacting to the loader's read
 delivers every sample once with its bytes, every sample is checked against its source file after each step, and
 a sample deleted between the steps stays deleted.
 
+The module's release starts as the previous one (0.1.0, e2e/upgrade/): its operator makes the Ring, the Dataset
+and the Split; the first test suspends a TrainingJob mid-epoch and upgrades the release to this one, and the tests
+after it run on the upgraded release.
+
 The local node has no volume provisioner: the module makes a StorageClass and hostPath PersistentVolumes.
 """
 
@@ -44,10 +48,24 @@ from ringfeed.metrics import serve_loader_metrics
 from ringfeed.splits import load_split
 from ringfeed.store import Store
 from ringfeed_operator.pki import KeyPair, issue, new_ca
-from test_trainingjob import trainingjob, wait_phase
+from test_trainingjob import rank_pods, sidecar_report, trainingjob, wait_phase, wait_served
 
 from conftest import SAMPLES_CLAIM, TEST_STATE
-from kubecluster import CACHE_HOST_DIR, GROUP, PULL_SECRET, REGISTRY, SYSTEM, VERSION, Cluster
+from kubecluster import (
+    CACHE_HOST_DIR,
+    CHART_INSTALL,
+    GROUP,
+    IMAGE_VERSION,
+    LOCAL_SETTINGS,
+    PREVIOUS_INSTALL,
+    PREVIOUS_VERSION,
+    PULL_SECRET,
+    REGISTRY,
+    RELEASE,
+    SYSTEM,
+    VERSION,
+    Cluster,
+)
 from prometheus import Prometheus
 from test_operator import condition, create, events, get, wait_ready
 
@@ -63,6 +81,7 @@ BENCH_OUT = os.environ.get("RINGFEED_BENCH_RING_SCALE")
 BENCH_RF = int(os.environ.get("RINGFEED_BENCH_RING_RF", "1"))
 BENCH_WARM_UP_S, BENCH_STEADY_S = 30, 90  # the loader's JIT-warm start, then each steady phase
 READER_JOB = "e2e-ring-reader"  # the `trainingjob` label of the Reader's loader metrics
+INSTALLED_CHART = PREVIOUS_INSTALL  # conftest's `release`: upgraded by the module's first test
 NODE_START_S = 420  # a Cassandra node starts in about 100 s on two idle cores; bootstraps and cleanups add to it
 
 
@@ -329,6 +348,76 @@ def wait_scaling(cluster: Cluster, ns: str) -> None:
     """Until the operator has started the step (condition Scaling True)."""
     cluster.wait("the step to start", lambda: condition(get(cluster, ns, "rings", RING), "Scaling").get("status")
                  == "True", timeout_s=60)
+
+
+def installed_chart(cluster: Cluster) -> str:
+    releases = json.loads(cluster.helm("list", "-n", SYSTEM, "-o", "json").stdout)
+    return next(r["chart"] for r in releases if r["name"] == RELEASE)
+
+
+def trainingjob_status_fields(cluster: Cluster) -> set[str]:
+    crd = client.ApiextensionsV1Api(cluster.api).read_custom_resource_definition(f"trainingjobs.{GROUP}")
+    schema = crd.spec.versions[0].schema.open_apiv3_schema
+    return set(schema.properties["status"].properties)
+
+
+def ring_nodes(cluster: Cluster, ns: str) -> dict[str, tuple[str, int]]:
+    """Each node Pod's name → (uid, restarts of its containers)."""
+    pods = cluster.core.list_namespaced_pod(ns, label_selector=f"cassandra.datastax.com/datacenter={RING}").items
+    return {p.metadata.name: (p.metadata.uid, sum(c.restart_count for c in p.status.container_statuses or ()))
+            for p in pods}
+
+
+def test_an_upgrade_from_the_previous_release_keeps_the_ring_dataset_split_and_a_suspended_trainingjob(
+        cluster: Cluster, ns: str, ring: dict, cuda_libraries: str):
+    """The previous release's operator made the Ring, its Dataset and its Split; a TrainingJob is suspended
+    mid-epoch; `helm upgrade` to this release (whose TrainingJob CRD gains status.lineage). Nothing is ingested or
+    split again, the Ring's node runs on untouched, and the job resumes where it stood: every training sample once."""
+    assert installed_chart(cluster) == f"ringfeed-{PREVIOUS_VERSION}"
+    assert "lineage" not in trainingjob_status_fields(cluster)
+    create(cluster, ns, "trainingjobs", trainingjob("upgraded", replicas=1, epochs=1, split=SPLIT, step_delay_s=3.0))
+    wait_served(cluster, ns, "upgraded", 0, batches=3)
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "upgraded",
+                                                  {"spec": {"suspend": True}})
+    kept = wait_phase(cluster, ns, "upgraded", "Suspended", timeout_s=60)["status"]["ranks"][0]
+    assert kept["offset"] > 0
+    cluster.wait("the rank's Pod gone", lambda: not rank_pods(cluster, ns, "upgraded"), timeout_s=90)
+    nodes = ring_nodes(cluster, ns)
+    dataset, split = get(cluster, ns, "datasets", DATASET), get(cluster, ns, "splits", SPLIT)
+    upgraded_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+    cluster.helm("upgrade", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--wait", "--timeout", "180s",
+                 timeout=240)
+    assert installed_chart(cluster) == f"ringfeed-{IMAGE_VERSION}"
+    assert "lineage" in trainingjob_status_fields(cluster)
+    # The suspended job kept its ranks' positions through the operator's replacement.
+    assert get(cluster, ns, "trainingjobs", "upgraded")["status"]["ranks"][0] == kept
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "upgraded",
+                                                  {"spec": {"suspend": False}})
+
+    def resumed_position():
+        pod = rank_pods(cluster, ns, "upgraded").get(0)
+        report = sidecar_report(pod) if pod else None
+        return report if report and report.get("ready") else None
+    report = cluster.wait("the rank fed again", resumed_position, timeout_s=180)
+    assert (report["epoch"], report["offset"]) >= (kept["epoch"], kept["offset"])
+    done = wait_phase(cluster, ns, "upgraded", "Succeeded", timeout_s=300)
+    train = next(p for p in split["status"]["parts"] if p["name"] == "train")
+    assert done["status"]["samplesDelivered"] == train["samples"]
+    lineage = done["status"]["lineage"]  # recorded by this release's operator
+    assert (lineage["splitVersion"], lineage["contentHash"]) == (split["status"]["version"],
+                                                                 split["status"]["contentHash"])
+    assert [e["epoch"] for e in lineage["epochs"]] == [0]
+
+    # Nothing made again: no Job but the TrainingJob's since the upgrade, the same ingest and Split, the same node.
+    since = [job.metadata.name for job in cluster.batch.list_namespaced_job(ns).items
+             if job.metadata.creation_timestamp >= upgraded_at and job.metadata.name != "upgraded"]
+    assert not since, since
+    assert get(cluster, ns, "datasets", DATASET)["status"]["ingest"] == dataset["status"]["ingest"]
+    after = get(cluster, ns, "splits", SPLIT)["status"]
+    assert (after["version"], after["contentHash"]) == (split["status"]["version"], split["status"]["contentHash"])
+    assert ring_nodes(cluster, ns) == nodes
+    cluster.kubectl("delete", "trainingjob", "upgraded", "-n", ns, "--wait=true")  # the Split's deletion guard
 
 
 def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(

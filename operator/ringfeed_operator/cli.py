@@ -90,7 +90,7 @@ def main(namespaces: tuple[str, ...], metrics_port: int, health_port: int, bind:
       ringfeed-operator                          # every namespace
       ringfeed-operator -n ml-data -n ml-train   # two namespaces only
       ringfeed-operator --bind 127.0.0.1 --metrics-port 19090 --health-port 18080
-      ringfeed-operator --job-image localhost/ringfeed/dataplane:0.1.0 --job-image-pull-policy Never
+      ringfeed-operator --job-image localhost/ringfeed/dataplane:0.2.0 --job-image-pull-policy Never
     """
     jobs = JobsConfig(image=job_image, image_pull_policy=job_image_pull_policy,
                       image_pull_secrets=image_pull_secrets, service_account=job_service_account,

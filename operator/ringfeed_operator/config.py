@@ -5,6 +5,7 @@ values. Each attribute carries the name of its chart value (`operator.metricsPor
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import re
 from decimal import Decimal
@@ -15,6 +16,8 @@ from kubernetes.utils import parse_quantity
 JOB_ROLES = ("ingest", "split", "sidecar")
 # The sections of a core ResourceRequirements a Job container can use (its Pod has no resourceClaims).
 RESOURCE_SECTIONS = ("limits", "requests")
+# The data-plane and cache-tier images of a release carry its version as their tag.
+VERSION = importlib.metadata.version("ringfeed-operator")
 
 
 def quantity(value: object) -> Decimal:
@@ -35,7 +38,7 @@ class JobsConfig:
     `jobs.*`)."""
 
     # jobs.image — the data-plane image (the `ringfeed` command), [registry/]repository:tag[@digest].
-    image: str = "ghcr.io/ringfeed/dataplane:0.1.0"
+    image: str = f"ghcr.io/ringfeed/dataplane:{VERSION}"
     # jobs.image.pullPolicy
     image_pull_policy: str = "IfNotPresent"
     # global.imagePullSecrets — of the Jobs and of the TrainingJobs' Pods (the sidecar's image, and the trainer's).
@@ -73,7 +76,7 @@ class CacheConfig:
     """The Alluxio cache tiers of Datasets with spec.cache.alluxio (chart values `cache.*`)."""
 
     # cache.image — Alluxio with Ringfeed's extension (`ringfeed cache serve`).
-    image: str = "ghcr.io/ringfeed/alluxio:0.1.0"
+    image: str = f"ghcr.io/ringfeed/alluxio:{VERSION}"
     # cache.image.pullPolicy
     image_pull_policy: str = "IfNotPresent"
     # global.imagePullSecrets — of the cache tier's Pods.

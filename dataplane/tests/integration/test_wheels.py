@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import textwrap
 import time
+import tomllib
 import uuid
 import zipfile
 from pathlib import Path
@@ -33,6 +34,7 @@ from conftest import REPO
 PYTHONS = ("3.11", "3.12", "3.13")
 LOCK = REPO / "constraints.txt"
 WHEEL_TAG = "cp311-abi3-manylinux_2_28_x86_64"
+VERSION = tomllib.loads((REPO / "dataplane" / "pyproject.toml").read_text())["project"]["version"]
 GLIBC_MAX = (2, 28)
 SAMPLES = 40
 
@@ -216,7 +218,7 @@ def test_wheels_install_and_load_in_a_clean_venv(version, wheels, other_ca, cass
         rows.append(f"{i}.bin,{i},{i % 4}")
     (data / "manifest.csv").write_text("\n".join(rows) + "\n")
     version_line = run([ringfeed, "--version"], env=env, cwd=tmp_path).stdout
-    assert "0.1.0" in version_line
+    assert VERSION in version_line
     run([ringfeed, "dataset", "create", name, "--key", "item:int", "--encoding", "raw", "--dtype", "float32",
          "--shape", "2,3"], env=env, cwd=tmp_path)
     try:
