@@ -25,6 +25,7 @@ from ringfeed_operator.builders.ring import (
     Step,
     Window,
     autoscale,
+    autoscaling_bounds,
     cleanup_task,
     credentials_secret,
     decide,
@@ -328,6 +329,18 @@ def test_the_autoscaler_stays_within_bounds_and_waits_for_a_settled_ring():
     unsettled = autoscale(AUTOSCALING, 10, window, 2, (1, 3), False, at(60))
     assert unsettled[1] is None and unsettled[0] == window  # the window goes on while the ring moves
     assert autoscale(AUTOSCALING, None, window, 2, (1, 3), True, at(60)) == (window, None, "")
+
+
+def test_absent_bounds_are_the_defaults_of_reads_per_second():
+    defaults = {"metric": READS_PER_SECOND, "windowSeconds": 60}  # what the apiserver stores: no bounds given
+    assert autoscaling_bounds(defaults) == (477, 191)
+    assert autoscaling_bounds(AUTOSCALING) == (1000, 100)
+    assert autoscaling_bounds({"scaleUpAbove": 900}) == (900, 191)
+    _, wanted, why = autoscale(defaults, 500, Window(above_since=at(0)), 1, (1, 3), True, at(60))
+    assert wanted == 2 and "500 above 477 for 60 s" in why
+    _, wanted, why = autoscale(defaults, 150, Window(below_since=at(0)), 2, (1, 3), True, at(60))
+    assert wanted == 1 and "150 below 191 for 60 s" in why
+    assert autoscale(defaults, 300, Window(), 2, (1, 3), True, at(60)) == (Window(), None, "")  # between the two
 
 
 METRICS = """# TYPE org_apache_cassandra_metrics_client_request_latency histogram

@@ -341,6 +341,11 @@ def step_annotations(step: Step) -> dict[str, str]:
 
 READS_PER_SECOND = "ReadsPerSecondPerNode"
 LATENCY_P99 = "ReadLatencyP99Micros"
+# ReadsPerSecondPerNode's bounds where spec.autoscaling leaves them out: 3/4 and 3/10 of the 637 reads/s of a
+# saturated node (2 CPUs, TLS, 20 kB samples; benchmarks/capacity_model.py's autoscaling_bounds(), docs/capacity.md).
+# The CRD says the same in its descriptions and its CEL rule, and requires both bounds for ReadLatencyP99Micros.
+DEFAULT_SCALE_UP_ABOVE = 477
+DEFAULT_SCALE_DOWN_BELOW = 191
 # MAAC's metrics endpoint (port 9000): Cassandra's ClientRequest latency histogram of the reads each node
 # coordinated, cumulative since the node started, in microseconds.
 READ_LATENCY = "org_apache_cassandra_metrics_client_request_latency"
@@ -411,6 +416,12 @@ class Window:
     below_since: dt.datetime | None = None
 
 
+def autoscaling_bounds(autoscaling: Mapping) -> tuple[int, int]:
+    """(scaleUpAbove, scaleDownBelow), the defaults where absent."""
+    return (autoscaling.get("scaleUpAbove", DEFAULT_SCALE_UP_ABOVE),
+            autoscaling.get("scaleDownBelow", DEFAULT_SCALE_DOWN_BELOW))
+
+
 def autoscale(autoscaling: Mapping, value: float | None, window: Window, nodes: int, bounds: tuple[int, int],
               settled: bool, now: dt.datetime) -> tuple[Window, int | None, str]:
     """(the window, the node count to ask for or None, why). One node more once the metric has stayed above
@@ -418,8 +429,9 @@ def autoscale(autoscaling: Mapping, value: float | None, window: Window, nodes: 
     while the ring is `settled` at spec.nodes, and a new window starts after each request."""
     if value is None:
         return window, None, ""
-    above = window.above_since or now if value > autoscaling["scaleUpAbove"] else None
-    below = window.below_since or now if value < autoscaling["scaleDownBelow"] else None
+    up, down = autoscaling_bounds(autoscaling)
+    above = window.above_since or now if value > up else None
+    below = window.below_since or now if value < down else None
     window = Window(above, below)
     seconds = autoscaling.get("windowSeconds", 120)
     metric = autoscaling.get("metric", READS_PER_SECOND)
@@ -427,9 +439,7 @@ def autoscale(autoscaling: Mapping, value: float | None, window: Window, nodes: 
     if not settled:
         return window, None, ""
     if above is not None and (now - above).total_seconds() >= seconds and nodes < high:
-        return Window(), nodes + 1, (f"Autoscaler: {metric} {value:.0f} above {autoscaling['scaleUpAbove']} for "
-                                     f"{seconds} s")
+        return Window(), nodes + 1, f"Autoscaler: {metric} {value:.0f} above {up} for {seconds} s"
     if below is not None and (now - below).total_seconds() >= seconds and nodes > low:
-        return Window(), nodes - 1, (f"Autoscaler: {metric} {value:.0f} below {autoscaling['scaleDownBelow']} for "
-                                     f"{seconds} s")
+        return Window(), nodes - 1, f"Autoscaler: {metric} {value:.0f} below {down} for {seconds} s"
     return window, None, ""
