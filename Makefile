@@ -165,7 +165,7 @@ lint-shell: ## shellcheck -S warning on every tracked shell script
 
 test: deps test-rust alluxio $(WANPROXY) prometheus k8s-binaries images ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	$(MAKE) --no-print-directory lint-security
-	$(PY) -m pytest client/tests dataplane/tests operator/tests monitoring/tests
+	$(PY) -m pytest --durations=15 client/tests dataplane/tests operator/tests monitoring/tests
 	$(MAKE) --no-print-directory test-e2e
 
 test-unit: deps test-rust $(PROMTOOL) ## Unit tests only (no servers, seconds)
@@ -188,7 +188,7 @@ previous-release: images ## The previous release's chart and images in the local
 test-e2e: deps prometheus k8s-binaries images chart previous-release ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
 	@e2e/cluster/cluster.sh down >/dev/null  # the registry that make images and make chart left running
 	$(PY) -m pytest e2e/host
-	e2e/cluster/cluster.sh run $(PY) -m pytest e2e/tests
+	e2e/cluster/cluster.sh run $(PY) -m pytest --durations=25 e2e/tests
 
 ##@ Benchmarks
 

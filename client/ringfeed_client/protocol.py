@@ -1,7 +1,9 @@
 """The handoff between the loader sidecar (``ringfeed serve``) and the trainer (``ringfeed_client.Feed``): the one
 definition both sides import.
 
-Both containers mount the same memory-backed ``emptyDir`` (the *feed directory*). In it:
+Both containers mount the same memory-backed ``emptyDir`` (the *feed directory*). With several ranks per Pod
+(torchrun's local ranks) each local rank has a feed of its own in ``local-rank-<n>`` under it. In a feed's
+directory:
 
 - ``feed.sock``, a Unix-domain ``SOCK_SEQPACKET`` socket: one JSON message per packet, request then reply;
 - ``slot-<generation>-<n>``, the slot files: the sidecar writes a decoded batch once into a free slot, the trainer
@@ -45,7 +47,22 @@ class FeedClosed(FeedError):
 
 
 def feed_dir(directory: str | os.PathLike | None = None) -> Path:
-    return Path(directory or os.environ.get(FEED_DIR_ENV) or DEFAULT_FEED_DIR)
+    """`directory`, else this process's feed in the TrainingJob's feed directory (RINGFEED_FEED_DIR, else the
+    default): its local rank's when the Pod runs several (torchrun's LOCAL_WORLD_SIZE and LOCAL_RANK)."""
+    if directory is not None:
+        return Path(directory)
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local_ranks > 1 and "LOCAL_RANK" not in os.environ:
+        raise FeedError(f"this Pod runs {local_ranks} ranks (LOCAL_WORLD_SIZE) but this process has no LOCAL_RANK: "
+                        "start the trainer under torchrun (`torchrun train.py`), which starts one process per rank")
+    return local_feed_dir(Path(os.environ.get(FEED_DIR_ENV) or DEFAULT_FEED_DIR),
+                          int(os.environ.get("LOCAL_RANK", "0")), local_ranks)
+
+
+def local_feed_dir(directory: Path, local_rank: int, local_ranks: int) -> Path:
+    """The feed of local rank `local_rank` of `local_ranks` in the Pod's feed directory (the directory itself when
+    the Pod runs one rank)."""
+    return directory if local_ranks == 1 else directory / f"local-rank-{local_rank}"
 
 
 def socket_path(directory: Path) -> Path:

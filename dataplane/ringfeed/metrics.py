@@ -10,7 +10,7 @@ families and what each says about a slow training step.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -49,74 +49,80 @@ class PathFigures:
 
 
 class PathCollector:
-    """Turns a `figures()` reading into metric families at each scrape (nothing when it returns None)."""
+    """Turns `readings()` into metric families at each scrape: one series per reading, labelled by `labels` and the
+    reading's own (a sidecar's feeds differ by rank); nothing when there is no reading yet."""
 
-    def __init__(self, figures: Callable[[], PathFigures | None], labels: dict[str, str]):
+    def __init__(self, readings: Callable[[], Iterable[tuple[dict[str, str], PathFigures]]], labels: dict[str, str]):
         unknown = set(labels) - set(LABELS)
         if unknown:
             raise ValueError(f"unknown metric labels {sorted(unknown)}; the loader's labels are {LABELS}")
-        self._figures = figures
-        self._values = [str(labels.get(name, "")) for name in LABELS]
+        self._readings = readings
+        self._labels = labels
 
     def collect(self) -> Iterator[Metric]:
-        figures = self._figures()
-        if figures is None:
+        readings = [([str({**self._labels, **own}.get(name, "")) for name in LABELS], figures)
+                    for own, figures in self._readings()]
+        if not readings:
             return
-        values = self._values
 
-        def family(kind, name: str, documentation: str, value: float, unit: str = "") -> Metric:
-            item = kind(f"ringfeed_loader_{name}", documentation, labels=LABELS, unit=unit)
-            item.add_metric(values, value)
+        def family(kind, name: str, documentation: str, value: Callable[[PathFigures], float]) -> Metric:
+            item = kind(f"ringfeed_loader_{name}", documentation, labels=LABELS)
+            for values, figures in readings:
+                item.add_metric(values, value(figures))
             return item
 
-        yield family(CounterMetricFamily, "samples", "Samples handed to the trainer.", figures.samples)
-        yield family(CounterMetricFamily, "batches", "Batches handed to the trainer.", figures.batches)
+        def labelled(kind, name: str, documentation: str, label: str,
+                     values_of: Callable[[PathFigures], dict[str, float]]) -> Metric:
+            item = kind(f"ringfeed_loader_{name}", documentation, labels=[*LABELS, label])
+            for values, figures in readings:
+                for key, value in values_of(figures).items():
+                    item.add_metric([*values, key], value)
+            return item
+
+        yield family(CounterMetricFamily, "samples", "Samples handed to the trainer.", lambda f: f.samples)
+        yield family(CounterMetricFamily, "batches", "Batches handed to the trainer.", lambda f: f.batches)
         yield family(CounterMetricFamily, "delivered_bytes", "Bytes of the batches handed to the trainer.",
-                     figures.bytes)
+                     lambda f: f.bytes)
         yield family(CounterMetricFamily, "trainer_wait_seconds",
                      "Time the trainer spent blocked on its next batch; its rate is the share of wall time the "
-                     "trainer waits for data.", figures.trainer_wait_s)
+                     "trainer waits for data.", lambda f: f.trainer_wait_s)
         yield family(CounterMetricFamily, "retries", "Read requests retried after a transient failure.",
-                     figures.retries)
-        skipped = CounterMetricFamily("ringfeed_loader_skipped_samples", "Samples left out of their batch, by reason "
-                                      "(missing: no row; corrupt: could not be decoded).", labels=[*LABELS, "reason"])
-        for reason in ("missing", "corrupt"):
-            skipped.add_metric([*values, reason], figures.skipped.get(reason, 0))
-        yield skipped
-        yield family(GaugeMetricFamily, "epoch", "The epoch being delivered.", figures.epoch)
+                     lambda f: f.retries)
+        yield labelled(CounterMetricFamily, "skipped_samples", "Samples left out of their batch, by reason "
+                       "(missing: no row; corrupt: could not be decoded).", "reason",
+                       lambda f: {reason: f.skipped.get(reason, 0) for reason in ("missing", "corrupt")})
+        yield family(GaugeMetricFamily, "epoch", "The epoch being delivered.", lambda f: f.epoch)
         yield family(GaugeMetricFamily, "position_samples",
-                     "Samples of this rank delivered since the first epoch began.", figures.position_samples)
-        native = figures.native
+                     "Samples of this rank delivered since the first epoch began.", lambda f: f.position_samples)
         yield family(GaugeMetricFamily, "prefetch_batches",
                      "Batches read and assembled, waiting for the trainer (the prefetch queue).",
-                     native["batches_ready"] + figures.queued_batches)
+                     lambda f: f.native["batches_ready"] + f.queued_batches)
         yield family(GaugeMetricFamily, "window_bytes", "Bytes the adaptive window lets be in flight.",
-                     figures.window_bytes)
+                     lambda f: f.window_bytes)
         yield family(GaugeMetricFamily, "in_flight_bytes", "Bytes of the read requests in flight.",
-                     figures.in_flight_bytes)
-        for name, documentation, (bounds, cumulative, total) in (
-                ("fetch_latency_seconds", "One read request, sent to answered (retries included).",
-                 native["fetch_latency_seconds"]),
-                ("decode_seconds", "One image, decoded and resized.", native["decode_seconds"])):
+                     lambda f: f.in_flight_bytes)
+        for name, documentation in (("fetch_latency_seconds", "One read request, sent to answered (retries "
+                                     "included)."), ("decode_seconds", "One image, decoded and resized.")):
             histogram = HistogramMetricFamily(f"ringfeed_loader_{name}", documentation, labels=LABELS)
-            buckets = [(repr(float(bound)), count) for bound, count in zip(bounds, cumulative, strict=False)]
-            histogram.add_metric(values, [*buckets, ("+Inf", cumulative[-1])], sum_value=total)
+            for values, figures in readings:
+                bounds, cumulative, total = figures.native[name]
+                buckets = [(repr(float(bound)), count) for bound, count in zip(bounds, cumulative, strict=False)]
+                histogram.add_metric(values, [*buckets, ("+Inf", cumulative[-1])], sum_value=total)
             yield histogram
-        stages = {"decode": native["decode_input"], "batch": native["batch_handoff"]}
-        if figures.trainer_stage is not None:
-            stages["trainer"] = figures.trainer_stage
-        asked = CounterMetricFamily("ringfeed_loader_stage_requests",
-                                    "Times a stage went for its next input: a decoder thread for fetched samples "
-                                    "(decode), the loader's consumer for a batch (batch), the trainer for its slot "
-                                    "(trainer, sidecar).", labels=[*LABELS, "stage"])
-        ready = CounterMetricFamily("ringfeed_loader_stage_ready",
-                                    "Of those, the times its input was ready (ready ÷ requests near 1: the stage "
-                                    "before keeps up).", labels=[*LABELS, "stage"])
-        for stage, (stage_asked, stage_ready) in stages.items():
-            asked.add_metric([*values, stage], stage_asked)
-            ready.add_metric([*values, stage], stage_ready)
-        yield asked
-        yield ready
+
+        def stages(figures: PathFigures) -> dict[str, tuple[int, int]]:
+            found = {"decode": figures.native["decode_input"], "batch": figures.native["batch_handoff"]}
+            if figures.trainer_stage is not None:
+                found["trainer"] = figures.trainer_stage
+            return found
+
+        yield labelled(CounterMetricFamily, "stage_requests",
+                       "Times a stage went for its next input: a decoder thread for fetched samples (decode), the "
+                       "loader's consumer for a batch (batch), the trainer for its slot (trainer, sidecar).", "stage",
+                       lambda f: {stage: asked for stage, (asked, _) in stages(f).items()})
+        yield labelled(CounterMetricFamily, "stage_ready",
+                       "Of those, the times its input was ready (ready ÷ requests near 1: the stage before keeps "
+                       "up).", "stage", lambda f: {stage: ready for stage, (_, ready) in stages(f).items()})
 
 
 def loader_figures(loader, metrics: LoaderMetrics) -> PathFigures:
@@ -136,7 +142,7 @@ def serve_loader_metrics(loader, port: int, *, addr: str = "0.0.0.0", **labels: 
     labels = {"dataset": loader.source.dataset, "split": loader.source.split_name, "part": loader.source.part,
               "rank": str(loader.options.rank), **labels}
     registry = CollectorRegistry()
-    registry.register(PathCollector(lambda: loader_figures(loader, loader.metrics), labels))
+    registry.register(PathCollector(lambda: [({}, loader_figures(loader, loader.metrics))], labels))
     server, _ = start_http_server(port, addr=addr, registry=registry)
     return server.server_address[1]
 

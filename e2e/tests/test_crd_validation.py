@@ -377,6 +377,11 @@ BAD = [
     # TrainingJob
     ("TrainingJob", "no-template", {"spec.template": DELETE}, "spec.template: Required value"),
     ("TrainingJob", "access-unknown", {"spec.access": "nfs"}, "spec.access: Unsupported value"),
+    ("TrainingJob", "ranks-per-pod-without-command",
+     {"spec.ranksPerPod": 4, "spec.template.spec.containers.0.command": DELETE},
+     "with ranksPerPod above 1 the trainer's command runs once per local rank"),
+    ("TrainingJob", "ranks-per-pod-65", {"spec.ranksPerPod": 65},
+     "ranksPerPod in body should be less than or equal to 64"),
     ("TrainingJob", "template-without-containers", {"spec.template.spec.containers": DELETE},
      "spec.template.spec.containers: Required value"),
     ("TrainingJob", "no-split", {"spec.split": DELETE}, "spec.split: Required value"),
@@ -414,6 +419,10 @@ BAD = [
     ("Ring", "heap-not-a-quantity", {"spec.heapSize": "4 GB"}, "spec.heapSize in body should match"),
     ("Ring", "storage-size-not-a-quantity", {"spec.storage.size": "lots"}, "spec.storage.size in body should match"),
     ("Ring", "autoscaling-bounds-crossed", {"spec.autoscaling.scaleDownBelow": 50000},
+     "spec.autoscaling.scaleDownBelow must be lower than scaleUpAbove"),
+    ("Ring", "autoscaling-latency-without-bounds", {"spec.autoscaling.metric": "ReadLatencyP99Micros"},
+     "ReadLatencyP99Micros has no default bounds: set scaleUpAbove and scaleDownBelow"),
+    ("Ring", "autoscaling-bounds-crossed-by-default", {"spec.autoscaling.scaleDownBelow": 500},
      "spec.autoscaling.scaleDownBelow must be lower than scaleUpAbove"),
     ("Ring", "autoscaling-metric-unknown", {"spec.autoscaling.metric": "CpuPercent"},
      'Unsupported value: "CpuPercent"'),
@@ -687,7 +696,8 @@ def test_printer_columns_category_and_short_names(cluster: Cluster, crds: Api, n
     ("trainingjob.spec.loader.remainder", ["exactly once", "ENUM", "uneven", "pad", "drop"]),
     ("trainingjob", ["loader sidecar", "docs/api/trainingjob.md"]),
     ("ring", ["cass-operator", "docs/api/ring.md", "spec\t<Object> -required-"]),
-    ("ring.spec.autoscaling", ["scaleUpAbove\t<integer> -required-", "ReadsPerSecondPerNode", "windowSeconds"]),
+    ("ring.spec.autoscaling", ["scaleUpAbove\t<integer>", "477",
+                               "ReadsPerSecondPerNode", "windowSeconds"]),
 ])
 def test_kubectl_explain_reads_the_descriptions(cluster: Cluster, crds: Api, resource: str, expected: list[str]):
     out = cluster.kubectl("explain", resource).stdout

@@ -48,10 +48,11 @@ from ringfeed.metrics import serve_loader_metrics
 from ringfeed.splits import load_split
 from ringfeed.store import Store
 from ringfeed_operator.pki import KeyPair, issue, new_ca
-from test_trainingjob import rank_pods, sidecar_report, trainingjob, wait_phase, wait_served
+from test_trainingjob import feed_report, rank_pods, trainingjob, wait_phase, wait_served
 
 from conftest import SAMPLES_CLAIM, TEST_STATE
 from kubecluster import (
+    CACHE,
     CACHE_HOST_DIR,
     CHART_INSTALL,
     GROUP,
@@ -355,6 +356,11 @@ def installed_chart(cluster: Cluster) -> str:
     return next(r["chart"] for r in releases if r["name"] == RELEASE)
 
 
+def operator_image(cluster: Cluster) -> str:
+    deployment = cluster.apps.read_namespaced_deployment(RELEASE, SYSTEM)  # the chart names it after the release
+    return deployment.spec.template.spec.containers[0].image
+
+
 def trainingjob_status_fields(cluster: Cluster) -> set[str]:
     crd = client.ApiextensionsV1Api(cluster.api).read_custom_resource_definition(f"trainingjobs.{GROUP}")
     schema = crd.spec.versions[0].schema.open_apiv3_schema
@@ -374,6 +380,9 @@ def test_an_upgrade_from_the_previous_release_keeps_the_ring_dataset_split_and_a
     mid-epoch; `helm upgrade` to this release (whose TrainingJob CRD gains status.lineage). Nothing is ingested or
     split again, the Ring's node runs on untouched, and the job resumes where it stood: every training sample once."""
     assert installed_chart(cluster) == f"ringfeed-{PREVIOUS_VERSION}"
+    # Its operator image is the one `make previous-release` made with that release's operator package.
+    _, digest, _ = (CACHE / "images" / f"pushed-{PREVIOUS_VERSION}" / "operator").read_text().split()
+    assert operator_image(cluster).endswith(f"@{digest}")
     assert "lineage" not in trainingjob_status_fields(cluster)
     create(cluster, ns, "trainingjobs", trainingjob("upgraded", replicas=1, epochs=1, split=SPLIT, step_delay_s=3.0))
     wait_served(cluster, ns, "upgraded", 0, batches=3)
@@ -389,6 +398,7 @@ def test_an_upgrade_from_the_previous_release_keeps_the_ring_dataset_split_and_a
     cluster.helm("upgrade", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--wait", "--timeout", "180s",
                  timeout=240)
     assert installed_chart(cluster) == f"ringfeed-{IMAGE_VERSION}"
+    assert not operator_image(cluster).endswith(f"@{digest}")
     assert "lineage" in trainingjob_status_fields(cluster)
     # The suspended job kept its ranks' positions through the operator's replacement.
     assert get(cluster, ns, "trainingjobs", "upgraded")["status"]["ranks"][0] == kept
@@ -397,8 +407,7 @@ def test_an_upgrade_from_the_previous_release_keeps_the_ring_dataset_split_and_a
 
     def resumed_position():
         pod = rank_pods(cluster, ns, "upgraded").get(0)
-        report = sidecar_report(pod) if pod else None
-        return report if report and report.get("ready") else None
+        return feed_report(pod) if pod else None
     report = cluster.wait("the rank fed again", resumed_position, timeout_s=180)
     assert (report["epoch"], report["offset"]) >= (kept["epoch"], kept["offset"])
     done = wait_phase(cluster, ns, "upgraded", "Succeeded", timeout_s=300)

@@ -1,6 +1,6 @@
-"""TrainingJob on the real local cluster: two ranks of a real PyTorch trainer (images/trainer) fed by the injected
-loader sidecar from a real Cassandra node, through the Pod network; restarts of a trainer and of a sidecar
-mid-epoch; credentials kept from the trainer; refusals; suspend and resume.
+"""TrainingJob on the real local cluster: a real PyTorch trainer (images/trainer), two Pods of two local ranks each,
+fed by the injected loader sidecar from a real Cassandra node, through the Pod network; restarts of a trainer and of
+a sidecar mid-epoch; credentials kept from the trainer; refusals; suspend and resume.
 
 The chart, the ring (the node IP's Cassandra node) and the samples are conftest's module fixtures, made again for
 this module; this module creates the Dataset and Split it trains on.
@@ -58,7 +58,7 @@ def trainingjob(name: str, replicas: int = 2, epochs: int = 2, step_delay_s: flo
             "template": {"spec": {
                 "securityContext": RESTRICTED_POD,
                 "containers": [{
-                    "name": TRAINER, "image": Cluster.image("trainer"),
+                    "name": TRAINER, "image": Cluster.image("trainer"), "command": ["python", "/opt/trainer/train.py"],
                     "securityContext": RESTRICTED_CONTAINER,
                     "env": [{"name": "STEP_DELAY_S", "value": str(step_delay_s)}],
                     "volumeMounts": [{"name": "checkpoint", "mountPath": "/checkpoint"},
@@ -91,6 +91,12 @@ def rank_pods(cluster: Cluster, ns: str, name: str) -> dict[int, object]:
             if not p.metadata.deletion_timestamp}
 
 
+def feed_report(pod, local_rank: int = 0) -> dict | None:
+    """The feed of one local rank in its Pod's sidecar report, once the sidecar is ready."""
+    report = sidecar_report(pod)
+    return report["feeds"][local_rank] if report and report.get("ready") else None
+
+
 def sidecar_report(pod) -> dict | None:
     if not pod.status.pod_ip:
         return None
@@ -101,13 +107,13 @@ def sidecar_report(pod) -> dict | None:
         return None
 
 
-def wait_served(cluster: Cluster, ns: str, name: str, rank: int, batches: int) -> object:
-    """Rank's Pod once its sidecar has handed out at least `batches` batches (since the sidecar started)."""
+def wait_served(cluster: Cluster, ns: str, name: str, rank: int, batches: int, ranks_per_pod: int = 1) -> object:
+    """Rank's Pod once its sidecar has handed the rank at least `batches` batches (since the sidecar started)."""
     def served():
         failed = condition(get(cluster, ns, "trainingjobs", name), "Failed")
         assert failed.get("status") != "True", f"trainingjob {name} failed: {failed.get('message')}"
-        pod = rank_pods(cluster, ns, name).get(rank)
-        report = sidecar_report(pod) if pod else None
+        pod = rank_pods(cluster, ns, name).get(rank // ranks_per_pod)
+        report = feed_report(pod, rank % ranks_per_pod) if pod else None
         return pod if report and report.get("batches_served", 0) >= batches else None
     return cluster.wait(f"rank {rank} of {name} to be handed {batches} batches", served, timeout_s=240)
 
@@ -123,33 +129,40 @@ def wait_phase(cluster: Cluster, ns: str, name: str, phase: str, timeout_s: floa
 
 
 def trained_by_rank(cluster: Cluster, ns: str, name: str) -> dict[int, dict]:
-    """The JSON line each rank's trainer printed last: the UUIDs it trained on per epoch."""
+    """The JSON line each rank's trainer printed at its end (a Pod's local ranks each print one): the UUIDs it
+    trained on per epoch."""
     result = {}
-    for rank, pod in rank_pods(cluster, ns, name).items():
+    for pod in rank_pods(cluster, ns, name).values():
         log = cluster.core.read_namespaced_pod_log(pod.metadata.name, ns, container=TRAINER)
-        result[rank] = json.loads(log.strip().splitlines()[-1])
+        for line in log.splitlines():
+            if line.startswith("{"):
+                run = json.loads(line)
+                result[run["rank"]] = run
     return result
 
 
-def test_two_ranks_train_every_sample_once_per_epoch_through_a_trainer_and_a_sidecar_restart(
+def test_two_pods_of_two_ranks_train_every_sample_once_per_epoch_through_a_trainer_and_a_sidecar_restart(
         cluster: Cluster, ns: str, split: dict, store, ring):
-    create(cluster, ns, "trainingjobs", trainingjob("resnet-mini", step_delay_s=1.0))
-    # Rank 0's trainer dies mid-epoch (after checkpoints): it restarts in its Pod from its last checkpoint.
-    pod = wait_served(cluster, ns, "resnet-mini", 0, batches=3)
+    create(cluster, ns, "trainingjobs", trainingjob("resnet-mini", step_delay_s=1.0, ranksPerPod=2))
+    # Pod 0's trainer dies mid-epoch, once both its local ranks have checkpointed (a batch trained on): they restart
+    # in the Pod from their last checkpoints.
+    wait_served(cluster, ns, "resnet-mini", 0, batches=2, ranks_per_pod=2)
+    pod = wait_served(cluster, ns, "resnet-mini", 1, batches=2, ranks_per_pod=2)
     check_no_credentials_reach_the_trainer(cluster, ns, pod)
     cluster.kill_container(ns, pod.metadata.name, TRAINER)
-    # Rank 1's sidecar dies mid-epoch: it restarts and goes on from where its trainer stands.
-    pod = wait_served(cluster, ns, "resnet-mini", 1, batches=4)
+    # Pod 1's sidecar dies mid-epoch: it restarts and each of its feeds goes on from where its trainer stands.
+    pod = wait_served(cluster, ns, "resnet-mini", 3, batches=2, ranks_per_pod=2)
     cluster.kill_container(ns, pod.metadata.name, SIDECAR)
     job = wait_phase(cluster, ns, "resnet-mini", "Succeeded", timeout_s=420)
 
     train = sorted(u.tobytes().hex() for u in load_split(store, DATASET.replace("-", "_"), SPLIT).uuids("train"))
     runs = trained_by_rank(cluster, ns, "resnet-mini")
-    assert sorted(runs) == [0, 1] and all(run["world_size"] == 2 for run in runs.values())
+    assert sorted(runs) == [0, 1, 2, 3] and all(run["world_size"] == 4 for run in runs.values())
     for epoch in ("0", "1"):
         delivered = [u for run in runs.values() for u in run["trained"][epoch]]
         assert sorted(delivered) == train, f"epoch {epoch}: not every sample exactly once"
     pods = rank_pods(cluster, ns, "resnet-mini")
+    assert sorted(pods) == [0, 1]  # two Pods of two ranks
     trainer_restarts = next(s.restart_count for s in pods[0].status.container_statuses if s.name == TRAINER)
     sidecar_restarts = next(s.restart_count for s in pods[1].status.init_container_statuses if s.name == SIDECAR)
     assert trainer_restarts >= 1 and sidecar_restarts >= 1
@@ -157,7 +170,7 @@ def test_two_ranks_train_every_sample_once_per_epoch_through_a_trainer_and_a_sid
     assert condition(job, "Succeeded")["status"] == "True" and status["completionTime"]
     assert status["splitVersion"] == split["status"]["version"]
     assert status["samplesDelivered"] == 2 * len(train) and status["epoch"] == 2
-    assert [r["rank"] for r in status["ranks"]] == [0, 1] and all(r["done"] for r in status["ranks"])
+    assert [r["rank"] for r in status["ranks"]] == [0, 1, 2, 3] and all(r["done"] for r in status["ranks"])
     assert {"Started", "Running", "Succeeded"} <= {e.reason for e in events(cluster, ns, "resnet-mini")}
     header, row = cluster.kubectl("get", "trainingjobs", "resnet-mini", "-n", ns).stdout.splitlines()[:2]
     assert header.split()[:4] == ["NAME", "PHASE", "READY", "SPLIT"]
@@ -170,17 +183,19 @@ def test_two_ranks_train_every_sample_once_per_epoch_through_a_trainer_and_a_sid
 
 def check_lineage(cluster: Cluster, ns: str, name: str, job: dict, split: dict, runs: dict[int, dict], ring) -> None:
     """The job's lineage names what it read, and each epoch's digest is that of the order the trainers received
-    the samples in (rank r: positions r, r + 2, …), through a trainer and a sidecar restart; `ringfeed lineage
+    the samples in (rank r of W: positions r, r + W, …), through a trainer and a sidecar restart; `ringfeed lineage
     --ids` lists the same order from the plan."""
     lineage = job["status"]["lineage"]
     assert (lineage["split"], lineage["part"], lineage["splitVersion"], lineage["contentHash"]) == (
         SPLIT, "train", split["status"]["version"], split["status"]["contentHash"])
+    world = len(runs)
     assert (lineage["dataset"], lineage["seed"], lineage["worldSize"], lineage["remainder"]) == (
-        DATASET.replace("-", "_"), 7, 2, "uneven")
+        DATASET.replace("-", "_"), 7, world, "uneven")
     orders = {}
     for epoch in (0, 1):
         order: list = [None] * sum(len(run["trained"][str(epoch)]) for run in runs.values())
-        order[0::2], order[1::2] = runs[0]["trained"][str(epoch)], runs[1]["trained"][str(epoch)]
+        for rank, run in runs.items():
+            order[rank::world] = run["trained"][str(epoch)]
         orders[epoch] = order
         digest = "sha256:" + hashlib.sha256(b"".join(bytes.fromhex(u) for u in order)).hexdigest()
         assert lineage["epochs"][epoch] == {"epoch": epoch, "digest": digest}
@@ -371,8 +386,7 @@ def test_suspend_stops_the_ranks_and_resume_continues_from_their_positions(clust
 
     def resumed_position():
         pod = rank_pods(cluster, ns, "pausable").get(0)
-        report = sidecar_report(pod) if pod else None
-        return report if report and report.get("ready") else None
+        return feed_report(pod) if pod else None
     report = cluster.wait("rank 0 fed again", resumed_position, timeout_s=120)
     # The new sidecar started at the kept position: what it served since is exactly the rest of the epoch.
     assert (report["epoch"], report["offset"]) >= (kept[0]["epoch"], kept[0]["offset"])

@@ -28,3 +28,18 @@ def feed_status(pod: dict, pause_token: str | None = None) -> dict | None:
     except (OSError, ValueError, ReplyRefused):
         return None
     return report if isinstance(report, dict) and report.get("ready") else None
+
+
+def rank_reports(pods: list[dict], pause_token: str | None = None) -> dict[int, dict]:
+    """Each rank's feed report, from the sidecars of `pods` that answer."""
+    return {feed["rank"]: feed for pod in pods for feed in feeds_of(feed_status(pod, pause_token))}
+
+
+def feeds_of(report: dict | None) -> list[dict]:
+    """The feeds a sidecar reports, one per local rank of its Pod, under ``feeds``; a sidecar of release 0.1.0 (a
+    job running across an upgrade) reports its one feed at the top. Entries without an integer rank are left out."""
+    if report is None:
+        return []
+    feeds = report.get("feeds", [report])
+    return [feed for feed in feeds if isinstance(feed, dict) and isinstance(feed.get("rank"), int)] \
+        if isinstance(feeds, list) else []

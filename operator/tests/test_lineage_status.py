@@ -25,31 +25,31 @@ def test_the_record_names_the_split_version_the_ingest_and_the_orders_parameters
 def test_an_epoch_is_recorded_once_every_rank_has_finished_it():
     reports = {0: {"epoch_digests": {"0": A, "1": B}}, 1: {"epoch_digests": {"0": A}}}
     # rank 1 is still in epoch 1: only epoch 0 is finished by all
-    assert lineage_epochs([], ranks(2, 1), reports, replicas=2) == ([{"epoch": 0, "digest": A}], [])
+    assert lineage_epochs([], ranks(2, 1), reports, world=2) == ([{"epoch": 0, "digest": A}], [])
     # a rank that has not reported yet holds everything back
-    assert lineage_epochs([], ranks(2), reports, replicas=2) == ([], [])
+    assert lineage_epochs([], ranks(2), reports, world=2) == ([], [])
     reports[1]["epoch_digests"]["1"] = B
-    assert lineage_epochs([{"epoch": 0, "digest": A}], ranks(2, 2), reports, replicas=2) == (
+    assert lineage_epochs([{"epoch": 0, "digest": A}], ranks(2, 2), reports, world=2) == (
         [{"epoch": 0, "digest": A}, {"epoch": 1, "digest": B}], [])
 
 
 def test_recorded_epochs_stay_when_no_sidecar_reports_them_any_more():
     recorded = [{"epoch": 0, "digest": A}]
-    assert lineage_epochs(recorded, ranks(3, 3), {}, replicas=2) == (recorded, [])
+    assert lineage_epochs(recorded, ranks(3, 3), {}, world=2) == (recorded, [])
 
 
 def test_ranks_that_disagree_leave_the_epoch_out_and_say_so():
     reports = {0: {"epoch_digests": {"0": A}}, 1: {"epoch_digests": {"0": B}}}
-    assert lineage_epochs([], ranks(1, 1), reports, replicas=2) == ([], [0])
+    assert lineage_epochs([], ranks(1, 1), reports, world=2) == ([], [0])
 
 
 def test_malformed_reports_are_ignored():
     reports = {0: {"epoch_digests": {"x": A, "0": 5}}, 1: {"epoch_digests": None}}
-    assert lineage_epochs([], ranks(1, 1), reports, replicas=2) == ([], [])
+    assert lineage_epochs([], ranks(1, 1), reports, world=2) == ([], [])
 
 
 def test_only_the_last_epochs_are_kept():
     recorded = [{"epoch": e, "digest": A} for e in range(EPOCHS_KEPT)]
     reports = {0: {"epoch_digests": {str(EPOCHS_KEPT): B}}}
-    kept, _ = lineage_epochs(recorded, ranks(EPOCHS_KEPT + 1), reports, replicas=1)
+    kept, _ = lineage_epochs(recorded, ranks(EPOCHS_KEPT + 1), reports, world=1)
     assert len(kept) == EPOCHS_KEPT and kept[0]["epoch"] == 1 and kept[-1] == {"epoch": EPOCHS_KEPT, "digest": B}

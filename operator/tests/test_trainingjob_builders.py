@@ -143,8 +143,43 @@ def test_sidecar_arguments_are_a_valid_ringfeed_serve_command(decode, expected):
     assert [a for a in arguments if a.startswith(("--decode=", "--channels", "--resize"))] == expected
     # The operator's command is one `ringfeed serve` accepts: parsed and type-checked by click, not run.
     serve = ringfeed_cli.get_command(None, "serve")
-    context = serve.make_context("serve", [a.replace("$(RANK)", "1") for a in arguments[1:]])
+    context = serve.make_context("serve", [a.replace("$(RINGFEED_POD_INDEX)", "1") for a in arguments[1:]])
     assert context.params["rank"] == 1 and context.params["batch_size"] == 32
+    assert context.params["ranks_per_pod"] == 1
+
+
+def environment(container: dict) -> dict:
+    return {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+
+
+def test_several_ranks_per_pod_start_under_the_launcher_and_one_sidecar_serves_each_its_feed():
+    body = trainingjob(ranksPerPod=4)
+    body["spec"]["template"]["spec"]["containers"][0].update(command=["python", "train.py"], args=["--lr", "0.1"])
+    job = job_of(body)
+    pod = job["spec"]["template"]["spec"]
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2  # Pods, not ranks
+    trainer = pod["containers"][0]
+    assert trainer["command"] == ["ringfeed-launch", "--local-ranks=4", "--", "python", "train.py"]
+    assert trainer["args"] == ["--lr", "0.1"]  # after the command, as the kubelet runs them
+    env = environment(trainer)
+    assert env["GROUP_RANK"].endswith("job-completion-index']")
+    assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == ("8", "4")
+    assert env["MASTER_ADDR"] == "resnet-slides-0.resnet-slides"
+    assert "RANK" not in env and "LOCAL_RANK" not in env  # each process gets its own from the launcher
+    sidecar = pod["initContainers"][0]
+    assert {"--rank=$(RINGFEED_POD_INDEX)", "--ranks-per-pod=4", "--world-size=8"} <= set(sidecar["args"])
+    assert environment(sidecar)["RINGFEED_POD_INDEX"].endswith("job-completion-index']")
+    serve = ringfeed_cli.get_command(None, "serve")
+    context = serve.make_context("serve", [a.replace("$(RINGFEED_POD_INDEX)", "1") for a in sidecar["args"][1:]])
+    assert (context.params["rank"], context.params["ranks_per_pod"], context.params["world_size"]) == (1, 4, 8)
+
+
+def test_one_rank_per_pod_runs_the_trainers_own_command_with_its_rank():
+    trainer = job_of(trainingjob())["spec"]["template"]["spec"]["containers"][0]
+    env = environment(trainer)
+    assert env["RANK"].endswith("job-completion-index']") and env["LOCAL_RANK"] == "0"
+    assert (env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == ("2", "1")
+    assert trainer.get("command") == SAMPLE["spec"]["template"]["spec"]["containers"][0].get("command")
 
 
 def test_the_rendezvous_service_publishes_ranks_before_they_are_ready():
@@ -162,8 +197,8 @@ def test_a_rank_that_does_not_answer_keeps_its_last_position():
     first = rank_progress([], {0: report(0, 64, 32), 1: report(0, 64, 32)})
     later = rank_progress(first, {1: report(1, 0, 100)})
     assert [r["samplesDelivered"] for r in later] == [32, 100] and later[1]["epoch"] == 1
-    assert summary(later, replicas=2, epochs=3) == {"epoch": 0, "samplesDelivered": 132, "corruptSamples": 2}
-    assert summary(later[:1], replicas=2, epochs=3)["epoch"] == 0
+    assert summary(later, world=2, epochs=3) == {"epoch": 0, "samplesDelivered": 132, "corruptSamples": 2}
+    assert summary(later[:1], world=2, epochs=3)["epoch"] == 0
 
 
 def test_a_job_made_again_after_a_suspension_hands_each_rank_its_kept_position():

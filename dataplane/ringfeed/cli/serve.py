@@ -37,10 +37,14 @@ DEFAULT_PORT = 8477
 @click.option("--kept-positions", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JSON file of loader states by rank to start from when the feed directory has none (the "
                    "operator keeps them over a TrainingJob's suspension).")
+@click.option("--ranks-per-pod", default=1, show_default=True, type=COUNT,
+              help="Feeds served, one per local rank of the Pod (torchrun's processes), each in "
+                   "<feed-dir>/local-rank-<n>; --rank is then the Pod's index: local rank n reads rank "
+                   "--rank × --ranks-per-pod + n of --world-size.")
 @loader_flags
 @click.pass_context
 def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http_port, trainingjob,
-          control_token_file, kept_positions, **flags):
+          control_token_file, kept_positions, ranks_per_pod, **flags):
     """Feed DATASET's SPLIT to a trainer through shared memory (the TrainingJob loader sidecar).
 
     Reads this rank's share of the part with the native loader and hands each batch to the trainer of the same
@@ -48,9 +52,10 @@ def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http
     a restart of either side: see docs/loader.md#the-loader-sidecar.
 
     \b
-    Example (what the operator runs in each rank's Pod):
+    Examples (what the operator runs in each Pod):
       ringfeed serve demo_slides by-patient --part train --epochs 2 --rank 0 --world-size 2 \\
           --decode 64x64 --feed-dir /var/run/ringfeed
+      ringfeed serve demo_slides by-patient --rank 1 --ranks-per-pod 4 --world-size 8   # Pod 1: ranks 4-7
     """
     from ringfeed.serve import serve as run
 
@@ -58,5 +63,9 @@ def serve(ctx, dataset, split, part, split_version, epochs, feed_dir, bind, http
     control_token = control_token_file.read_text().strip() if control_token_file else None
     if control_token == "":
         raise click.BadParameter(f"{control_token_file} is empty", param_hint="--control-token-file")
+    if (flags["rank"] + 1) * ranks_per_pod > flags["world_size"]:
+        raise click.BadParameter(f"Pod {flags['rank']} with {ranks_per_pod} ranks each needs a world of at least "
+                                 f"{(flags['rank'] + 1) * ranks_per_pod} ranks, not {flags['world_size']}",
+                                 param_hint="--rank / --ranks-per-pod / --world-size")
     run(ctx.obj, dataset, split, part, split_version, options_from_flags(**flags), epochs, feed_dir, bind,
-        http_port, kept_positions, trainingjob=trainingjob, control_token=control_token)
+        http_port, kept_positions, trainingjob=trainingjob, control_token=control_token, local_ranks=ranks_per_pod)

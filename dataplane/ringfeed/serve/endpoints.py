@@ -1,7 +1,7 @@
-"""The sidecar's HTTP port: probes for the kubelet, ``/status`` for the operator, ``/metrics`` for Prometheus, all
-read-only; and the control path, ``POST /pause`` (before a suspension) and ``POST /resume``, which answers only a
-request that carries the TrainingJob's control token (``Authorization: Bearer``), a Secret only the operator and
-this container hold."""
+"""The sidecar's HTTP port, one for the Pod's feeds: probes for the kubelet, ``/status`` for the operator (a report
+per feed, under ``feeds``), ``/metrics`` for Prometheus (a series per rank), all read-only; and the control path,
+``POST /pause`` (before a suspension) and ``POST /resume`` of every feed, which answers only a request that carries
+the TrainingJob's control token (``Authorization: Bearer``), a Secret only the operator and this container hold."""
 
 from __future__ import annotations
 
@@ -31,14 +31,25 @@ def feed_figures(server: FeedServer) -> PathFigures:
                        trainer_stage=(status.trainer_asked, status.trainer_found_ready))
 
 
+def feed_report(server: FeedServer) -> dict:
+    """One feed's part of ``/status``: its rank's position and figures."""
+    report = dataclasses.asdict(server.status)
+    report.update(ready=server.producer.connected.is_set(), samples_delivered=server.samples_delivered(),
+                  corrupt=server.corrupt(), missing=server.missing(), position=server.position,
+                  epoch_digests=server.epoch_digests(), uptime_s=round(time.monotonic() - report.pop("started"), 3))
+    return report
+
+
 class Endpoints:
-    """Serves the port in a thread; ``server`` is set once the split is loaded and the feed is up."""
+    """Serves the port in a thread; ``servers`` (one per local rank) are set once the split is loaded and the feeds
+    are up."""
 
     def __init__(self, bind: str, port: int, labels: dict[str, str], control_token: str | None = None):
-        self.server: FeedServer | None = None
+        self.servers: list[FeedServer] = []
         self.failure: str | None = None
         registry = CollectorRegistry()
-        registry.register(PathCollector(lambda: feed_figures(self.server) if self.server else None, labels))
+        registry.register(PathCollector(lambda: [({"rank": str(server.loader.options.rank)}, feed_figures(server))
+                                                 for server in self.servers], labels))
         endpoints = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,7 +58,7 @@ class Endpoints:
                 if path == "/healthz":
                     self._reply(200 if endpoints.failure is None else 500, endpoints.failure or "ok")
                 elif path == "/readyz":
-                    ready = endpoints.server is not None and endpoints.server.producer.connected.is_set()
+                    ready = endpoints.ready()
                     self._reply(200 if ready else 503, "ready" if ready else "loading the split")
                 elif path == "/status":
                     self._reply(200, json.dumps(endpoints.status()), "application/json")
@@ -65,10 +76,11 @@ class Endpoints:
                 elif not hmac.compare_digest(self.headers.get("Authorization", "").encode(),
                                              f"Bearer {control_token}".encode()):
                     self._reply(401, "the control token is missing or wrong")
-                elif endpoints.server is None:
+                elif not endpoints.servers:
                     self._reply(503, "loading the split")
                 else:
-                    endpoints.server.pause() if path == "/pause" else endpoints.server.resume()
+                    for server in endpoints.servers:
+                        server.pause() if path == "/pause" else server.resume()
                     self._reply(200, json.dumps(endpoints.status()), "application/json")
 
             def _reply(self, code: int, body: str, kind: str = "text/plain") -> None:
@@ -86,17 +98,16 @@ class Endpoints:
         self.port = self._http.server_address[1]
         threading.Thread(target=self._http.serve_forever, name="ringfeed-http", daemon=True).start()
 
+    def ready(self) -> bool:
+        servers = self.servers
+        return bool(servers) and all(server.producer.connected.is_set() for server in servers)
+
     def status(self) -> dict:
-        server = self.server
-        if server is None:
+        servers = self.servers
+        if not servers:
             return {"ready": False, "error": self.failure}
-        status = dataclasses.asdict(server.status)
-        status.update(ready=server.producer.connected.is_set(), paused=server.paused.is_set(),
-                      samples_delivered=server.samples_delivered(),
-                      corrupt=server.corrupt(), missing=server.missing(), position=server.position,
-                      epoch_digests=server.epoch_digests(),
-                      uptime_s=round(time.monotonic() - status.pop("started"), 3))
-        return status
+        return {"ready": self.ready(), "paused": all(server.paused.is_set() for server in servers),
+                "feeds": [feed_report(server) for server in servers]}
 
     def close(self) -> None:
         self._http.shutdown()

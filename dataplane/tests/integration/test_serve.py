@@ -25,6 +25,7 @@ from ringfeed.serve import wait_for_socket
 from ringfeed.splits import load_split
 from ringfeed.store import Store
 from ringfeed_client import Blobs, Feed, FeedError
+from ringfeed_client.protocol import local_feed_dir
 
 from conftest import check_metrics, ingest_demo_slides
 
@@ -43,18 +44,25 @@ def slides(cassandra_node, tmp_path_factory):
 class Sidecar:
     """``ringfeed serve`` in its own process, stopped by PID."""
 
-    def __init__(self, node, directory: Path, *args: str):
+    def __init__(self, node, directory: Path, *args: str, local_ranks: int = 1):
         self.directory, self.port = directory, next(PORTS)
+        self.feeds = [local_feed_dir(directory, local_rank, local_ranks) for local_rank in range(local_ranks)]
         self.command = [sys.executable, "-m", "ringfeed", "--hosts", node.hosts[0], "serve", NAME, "s",
                         "--feed-dir", str(directory), "--bind", "127.0.0.1", "--http-port", str(self.port),
-                        "--batch-size", str(BATCH), *args]
+                        "--batch-size", str(BATCH), "--ranks-per-pod", str(local_ranks), *args]
         self.process: subprocess.Popen | None = None
         self.start()
 
     def start(self) -> None:
-        (self.directory / "feed.sock").unlink(missing_ok=True)
+        for feed in self.feeds:
+            (feed / "feed.sock").unlink(missing_ok=True)
         self.process = subprocess.Popen(self.command, stderr=subprocess.PIPE, text=True)
-        wait_for_socket(self.directory, timeout_s=60)
+        for feed in self.feeds:
+            wait_for_socket(feed, timeout_s=60)
+
+    def report(self) -> dict:
+        """The first feed's part of /status."""
+        return json.loads(self.get("/status")[1])["feeds"][0]
 
     def kill(self) -> None:
         assert self.process is not None
@@ -88,10 +96,10 @@ class Sidecar:
 def sidecars(cassandra_node, tmp_path):
     started: list[Sidecar] = []
 
-    def start(*args: str, rank: int = 0, directory: Path | None = None) -> Sidecar:
+    def start(*args: str, directory: Path | None = None, local_ranks: int = 1) -> Sidecar:
         directory = directory or tmp_path / f"feed-{len(started)}"
         directory.mkdir(exist_ok=True)
-        sidecar = Sidecar(cassandra_node, directory, *args)
+        sidecar = Sidecar(cassandra_node, directory, *args, local_ranks=local_ranks)
         started.append(sidecar)
         return sidecar
 
@@ -141,7 +149,7 @@ def test_feed_hands_over_the_loaders_batches_without_a_copy(slides, sidecars):
             assert feed.epoch == expected_epoch + 1
         assert list(feed) == []  # every epoch delivered: done
     status, body = sidecar.get("/status")
-    figures = json.loads(body)
+    figures = json.loads(body)["feeds"][0]
     samples = len(train_uuids(slides))
     assert status == 200 and figures["done"] and figures["samples_delivered"] == 2 * samples
     assert figures["samples_served"] == 2 * samples and figures["corrupt"] == 0
@@ -186,9 +194,56 @@ def test_ranks_cover_each_epoch_exactly_once_and_report_its_order_as_lineage(sli
         digests.append("sha256:" + hashlib.sha256(b"".join(order)).hexdigest())
     assert digests[0] != digests[1]  # each epoch has an order of its own
     for sidecar in started:
-        assert json.loads(sidecar.get("/status")[1])["epoch_digests"] == {"0": digests[0], "1": digests[1]}
+        assert sidecar.report()["epoch_digests"] == {"0": digests[0], "1": digests[1]}
     for feed in feeds:
         feed.close()
+
+
+def test_one_sidecar_feeds_each_local_rank_of_its_pod_its_share_exactly_once(slides, sidecars, monkeypatch):
+    """Two Pods of two local ranks (world 4): each sidecar serves ranks 2p and 2p + 1, each in its feed directory,
+    which a trainer process finds from torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE; a local rank's trainer restarts
+    mid-epoch from its checkpoint."""
+    pods = [sidecars("--rank", str(pod), "--world-size", "4", "--epochs", "2", "--remainder", "uneven", "--seed", "4",
+                     local_ranks=2) for pod in range(2)]
+
+    def feed_of(pod: int, local_rank: int) -> Feed:
+        monkeypatch.setenv("RINGFEED_FEED_DIR", str(pods[pod].directory))
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+        monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+        return Feed(with_uuids=True)
+
+    feeds = [feed_of(pod, local_rank) for pod in range(2) for local_rank in range(2)]
+    assert [(feed.rank, feed.world_size) for feed in feeds] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    restarted = iter(feeds[3])
+    first = [u.tobytes() for u in next(restarted)[2]]
+    checkpoint = feeds[3].state_dict()
+    feeds[3].close()  # rank 3's trainer dies; the other local rank of its Pod trains on
+    feeds[3] = feed_of(1, 1)
+    feeds[3].load_state_dict(checkpoint)
+    by_rank = [uuids_of(epoch(feed)) for feed in feeds]
+    by_rank[3] = first + by_rank[3]
+    assert sorted(u for share in by_rank for u in share) == train_uuids(slides)
+    second = [uuids_of(epoch(feed)) for feed in feeds]
+    assert sorted(u for share in second for u in share) == train_uuids(slides)
+    reported = json.loads(pods[1].get("/status")[1])["feeds"]
+    assert [(feed["rank"], feed["done"]) for feed in reported] == [(2, True), (3, True)]
+    # Every rank reports the same order for an epoch (the lineage digest).
+    assert len({feed["epoch_digests"]["1"] for pod in pods for feed in json.loads(pod.get("/status")[1])["feeds"]}) == 1
+    exposition = pods[1].get("/metrics")[1]
+    check_metrics(exposition)
+    samples = {s.labels["rank"]: s.value for f in text_string_to_metric_families(exposition) for s in f.samples
+               if s.name == "ringfeed_loader_samples_total"}
+    assert samples == {str(rank): len(by_rank[rank]) + len(second[rank]) for rank in (2, 3)}
+    for feed in feeds:
+        feed.close()
+
+
+def test_a_trainer_without_a_local_rank_in_a_pod_of_several_is_told_to_use_torchrun(monkeypatch, tmp_path):
+    monkeypatch.setenv("RINGFEED_FEED_DIR", str(tmp_path))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with pytest.raises(FeedError, match="start the trainer under torchrun"):
+        Feed()
 
 
 def test_a_trainer_restarted_from_its_checkpoint_continues_there(slides, sidecars):
@@ -280,12 +335,12 @@ def test_a_pause_with_the_token_holds_the_feed_and_a_resume_undoes_it(slides, si
     delivered = [u.tobytes() for u in next(batches)[2]]
     code, body = sidecar.post("/pause", "s3cret-token")
     assert code == 200 and json.loads(body)["paused"] is True
-    served = json.loads(sidecar.get("/status")[1])["batches_served"]
+    served = sidecar.report()["batches_served"]
     waiting = threading.Thread(target=lambda: delivered.extend(u.tobytes() for u in next(batches)[2]))
     waiting.start()
     waiting.join(timeout=2)
     assert waiting.is_alive(), "a paused sidecar handed out a batch"
-    assert json.loads(sidecar.get("/status")[1])["batches_served"] == served
+    assert sidecar.report()["batches_served"] == served
     code, body = sidecar.post("/resume", "s3cret-token")
     assert code == 200 and json.loads(body)["paused"] is False
     waiting.join(timeout=60)

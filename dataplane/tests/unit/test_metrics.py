@@ -27,7 +27,7 @@ def figures(**changes) -> PathFigures:
 
 def exposition(reading: PathFigures | None) -> str:
     registry = CollectorRegistry()
-    registry.register(PathCollector(lambda: reading, LABELLED))
+    registry.register(PathCollector(lambda: [] if reading is None else [({}, reading)], LABELLED))
     return generate_latest(registry).decode()
 
 
@@ -69,4 +69,4 @@ def test_an_in_process_loader_has_no_trainer_stage_and_nothing_is_exported_befor
 
 def test_a_label_outside_the_bounded_set_is_refused():
     with pytest.raises(ValueError, match="unknown metric labels \\['pod'\\]"):
-        PathCollector(lambda: None, {"pod": "x"})
+        PathCollector(lambda: [], {"pod": "x"})

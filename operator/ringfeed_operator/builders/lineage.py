@@ -16,15 +16,16 @@ def lineage_record(spec: dict, split: dict, dataset: dict, catalog: str) -> dict
         "contentHash": computed["contentHash"],
         "datasetGeneration": ((dataset.get("status") or {}).get("ingest") or {}).get("generation", 0),
         "seed": loader.get("seed", 0), "shuffle": loader.get("shuffle", True),
-        "remainder": loader.get("remainder", "pad"), "worldSize": spec.get("replicas", 1),
+        "remainder": loader.get("remainder", "pad"),
+        "worldSize": spec.get("replicas", 1) * spec.get("ranksPerPod", 1),
     }
 
 
 def lineage_epochs(recorded: list[dict], ranks: list[dict], reports: dict[int, dict],
-                   replicas: int) -> tuple[list[dict], list[int]]:
+                   world: int) -> tuple[list[dict], list[int]]:
     """The epochs every rank has finished, each with the digest the sidecars report for it, added to those recorded
     before (the last EPOCHS_KEPT); and the epochs whose reporting sidecars disagree (left out)."""
-    finished = min((item["epoch"] for item in ranks), default=0) if len(ranks) >= replicas else 0
+    finished = min((item["epoch"] for item in ranks), default=0) if len(ranks) >= world else 0
     known = {item["epoch"]: item for item in recorded}
     attested: dict[int, set[str]] = {}
     for report in reports.values():

@@ -50,13 +50,24 @@ DEFAULT_BACKOFF_LIMIT = 6  # a Job's own default
 DEFAULT_RESTART_POLICY = "OnFailure"  # a killed trainer restarts in place: the feed directory and position stay
 
 
+POD_INDEX_ENV = "RINGFEED_POD_INDEX"  # the sidecar's: its Pod's completion index
+LAUNCHER = "ringfeed-launch"  # ringfeed-client's: one trainer process per local rank
+
+
+def world_size(spec: dict) -> int:
+    """Ranks of the job: Pods × ranks per Pod."""
+    return spec.get("replicas", 1) * spec.get("ranksPerPod", 1)
+
+
 def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> list[str]:
-    """``ringfeed serve`` for spec.split and spec.loader; the rank comes from the Pod (``$(RANK)``)."""
+    """``ringfeed serve`` for spec.split and spec.loader: one feed per local rank of the Pod, whose index comes from
+    the Pod (``$(RINGFEED_POD_INDEX)``)."""
     loader = spec.get("loader") or {}
     decode = loader.get("decode") or {}
     arguments = [
         "serve", dataset, split, f"--part={spec['split'].get('part', 'train')}", f"--version={version}",
-        f"--epochs={spec.get('epochs', 1)}", "--rank=$(RANK)", f"--world-size={spec.get('replicas', 1)}",
+        f"--epochs={spec.get('epochs', 1)}", f"--rank=$({POD_INDEX_ENV})",
+        f"--ranks-per-pod={spec.get('ranksPerPod', 1)}", f"--world-size={world_size(spec)}",
         f"--batch-size={loader.get('batchSize', 64)}", f"--seed={loader.get('seed', 0)}",
         f"--remainder={loader.get('remainder', 'pad')}", f"--prefetch={loader.get('prefetch', 2)}",
         f"--concurrency={loader.get('concurrency', 128)}", f"--decode-threads={loader.get('decodeThreads', 0)}",
@@ -121,13 +132,8 @@ def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int,
     pod.setdefault("automountServiceAccountToken", False)  # the trainer never needs the API unless it says so
     pod.update(pull_secrets(config.image_pull_secrets, pod.get("imagePullSecrets") or ()))
     pod["subdomain"] = name  # the Job controller names each Pod's host <job>-<index>: DNS <job>-<index>.<service>
-    rank_env: list[dict[str, Any]] = [
-        {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
-        {"name": "WORLD_SIZE", "value": str(replicas)},
-        {"name": "LOCAL_RANK", "value": "0"},
-        {"name": "MASTER_ADDR", "value": f"{name}-0.{name}"},
-        {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
-    ]
+    rank_env = trainer_environment(name, replicas, spec.get("ranksPerPod", 1))
+    launch_local_ranks(pod["containers"][0], spec.get("ranksPerPod", 1))
     if spec.get("access", "sidecar") == "posix":
         _mount_cache(pod, dataset, spec, rank_env, cache)
     else:
@@ -142,6 +148,28 @@ def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int,
         "metadata": {"name": name, "labels": labels_of(name), "ownerReferences": [owner_reference(trainingjob)]},
         "spec": job_spec,
     }
+
+
+def trainer_environment(name: str, replicas: int, ranks_per_pod: int) -> list[dict[str, Any]]:
+    """torch.distributed's environment of a Pod's trainer, by torchrun's conventions (GROUP_RANK: the Pod's index).
+    With several ranks per Pod, ``ringfeed-launch`` gives each process its RANK and LOCAL_RANK."""
+    index = {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
+    single = [{"name": "RANK", "valueFrom": index}, {"name": "LOCAL_RANK", "value": "0"}] if ranks_per_pod == 1 else []
+    return [
+        *single,
+        {"name": "GROUP_RANK", "valueFrom": index},
+        {"name": "WORLD_SIZE", "value": str(replicas * ranks_per_pod)},
+        {"name": "LOCAL_WORLD_SIZE", "value": str(ranks_per_pod)},
+        {"name": "MASTER_ADDR", "value": f"{name}-0.{name}"},
+        {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+    ]
+
+
+def launch_local_ranks(trainer: dict, ranks_per_pod: int) -> None:
+    """Several ranks per Pod: the trainer's command (the template's first container; the API server refuses one
+    without a command) runs under ``ringfeed-launch``, once per local rank."""
+    if ranks_per_pod > 1:
+        trainer["command"] = [LAUNCHER, f"--local-ranks={ranks_per_pod}", "--", *trainer["command"]]
 
 
 def _inject_sidecar(pod: dict, metadata: dict, spec: dict, dataset: dict, catalog: str, split_version: int,
@@ -162,7 +190,7 @@ def _inject_sidecar(pod: dict, metadata: dict, spec: dict, dataset: dict, catalo
     tls_volumes, tls_mounts = ring_volumes(storage, reader_login(storage))
     positions_mount = {"name": POSITIONS_VOLUME, "mountPath": POSITIONS_DIR, "readOnly": True}
     control_mount = {"name": CONTROL_VOLUME, "mountPath": CONTROL_DIR, "readOnly": True}
-    sidecar = _sidecar(spec, catalog, split_version, storage, rank_env,
+    sidecar = _sidecar(spec, catalog, split_version, storage,
                        [feed_mount, positions_mount, control_mount, *tls_mounts], config)
     pod["initContainers"] = [sidecar, *(pod.get("initContainers") or [])]
     positions = {"name": POSITIONS_VOLUME, "downwardAPI": {"items": [
@@ -191,7 +219,7 @@ def _mount_cache(pod: dict, dataset: dict, spec: dict, rank_env: list[dict], cac
         pod["nodeSelector"] = {**selector, **(pod.get("nodeSelector") or {})}
 
 
-def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, rank_env: list[dict], mounts: list[dict],
+def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, mounts: list[dict],
              config: JobsConfig) -> dict:
     sidecar_spec = spec.get("sidecar") or {}
     probe = {"httpGet": {"path": "/readyz", "port": SIDECAR_PORT}, "periodSeconds": 2, "failureThreshold": 150}
@@ -201,7 +229,8 @@ def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, rank_e
         "restartPolicy": "Always",  # a native sidecar: started before the trainer, stopped after it
         "command": ["ringfeed"],
         "args": sidecar_arguments(spec, catalog, spec["split"]["name"], split_version),
-        "env": [rank_env[0], *ring_env(storage, reader_login(storage)),
+        "env": [{"name": POD_INDEX_ENV, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
+                *ring_env(storage, reader_login(storage)),
                 # names the TrainingJob in the sidecar's metrics (label `trainingjob`)
                 {"name": TRAININGJOB_ENV, "valueFrom": {"fieldRef": {
                     "fieldPath": f"metadata.labels['{LABEL_TRAININGJOB}']"}}}],
@@ -222,14 +251,6 @@ def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, rank_e
 
 # -- status ------------------------------------------------------------------------------------------------------------
 
-RANK_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-
-
-def rank_of(pod: dict) -> int | None:
-    index = ((pod.get("metadata") or {}).get("annotations") or {}).get(RANK_ANNOTATION)
-    return int(index) if index is not None and index.isdigit() else None
-
-
 def pod_ready(pod: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (pod.get("status") or {}).get("conditions") or ())
@@ -249,9 +270,9 @@ def rank_progress(previous: list[dict], reports: dict[int, dict]) -> list[dict]:
     return [ranks[rank] for rank in sorted(ranks)]
 
 
-def summary(ranks: list[dict], replicas: int, epochs: int) -> dict:
+def summary(ranks: list[dict], world: int, epochs: int) -> dict:
     """The job-wide figures of the printer columns: the epoch of the slowest rank, samples of all ranks."""
-    if len(ranks) < replicas:
+    if len(ranks) < world:
         epoch = 0
     else:
         epoch = min(epochs, min(item["epoch"] for item in ranks))

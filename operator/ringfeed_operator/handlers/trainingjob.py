@@ -25,13 +25,13 @@ from ringfeed_operator.builders.trainingjob import (
     phase,
     pod_ready,
     rank_job,
-    rank_of,
     rank_progress,
     rendezvous_service,
     summary,
+    world_size,
 )
 from ringfeed_operator.context import Context
-from ringfeed_operator.feeds import feed_status
+from ringfeed_operator.feeds import rank_reports
 from ringfeed_operator.handlers.common import event, give_up
 from ringfeed_operator.isolation import dataset_secret_names, isolation_breaches, refusal, secret_references
 from ringfeed_operator.kube import JobRejected
@@ -94,8 +94,8 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         event(body, "Resumed", "ranks start again from their kept positions")
     elif created:
         memo.metrics.jobs_created.labels("trainer").inc()
-        event(body, "Started", f"Job {name}: {spec.get('replicas', 1)} rank(s) on Split {split_name} part {part} "
-              f"(version {computed['version']}), {spec.get('epochs', 1)} epoch(s)")
+        event(body, "Started", f"Job {name}: {world_size(spec)} rank(s) in {spec.get('replicas', 1)} Pod(s) on Split "
+              f"{split_name} part {part} (version {computed['version']}), {spec.get('epochs', 1)} epoch(s)")
     elif existing is not None and bool(existing["spec"].get("suspend")) != suspended:
         if suspended:
             _suspend(name, namespace, status, body, memo, patch)
@@ -155,8 +155,7 @@ def _suspend(name: str, namespace: str, status: dict, body: dict, memo: Context,
     pods = memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}")
     token = (memo.kube.secret_values(namespace, control_secret_name(name), CONTROL_KEY)[0]
              if body["spec"].get("access", "sidecar") == "sidecar" else None)
-    reports = {rank: report for pod in pods if token
-               and (rank := rank_of(pod)) is not None and (report := feed_status(pod, token)) is not None}
+    reports = rank_reports(pods, token) if token else {}
     ranks = rank_progress(status.get("ranks") or [], reports)
     patch.status["ranks"] = ranks
     memo.kube.patch_job(namespace, name, {"spec": {"suspend": True}})
@@ -176,18 +175,17 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     pods = memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}")
     live = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
     ready = [p for p in live if pod_ready(p)]
-    sidecars = spec.get("access", "sidecar") == "sidecar"  # posix: the trainers read files, nothing reports
-    reports = {rank: report for pod in live if sidecars
-               and (rank := rank_of(pod)) is not None and (report := feed_status(pod)) is not None}
+    sidecars = spec.get("access", "sidecar") == "sidecar"
+    reports = rank_reports(live) if sidecars else {}  # posix: the trainers read files, nothing reports
     ranks = rank_progress(status.get("ranks") or [], reports)
     recorded = (status.get("lineage") or {}).get("epochs") or []
-    lineage, disagreed = lineage_epochs(recorded, ranks, reports, replicas)
+    lineage, disagreed = lineage_epochs(recorded, ranks, reports, world_size(spec))
     if lineage != recorded:
         patch.status["lineage"] = {"epochs": lineage}
     if disagreed:
         event(body, "LineageMismatch", f"the ranks report different orders for epoch(s) {disagreed}: they do not "
               "read the same Split version with the same seed", warning=True)
-    figures = summary(ranks, replicas, epochs)
+    figures = summary(ranks, world_size(spec), epochs)
     now = now_rfc3339()
     rate = _rate(status, figures["samplesDelivered"], now)
     current = phase(state, bool((job or {}).get("spec", {}).get("suspend")), len(live))
