@@ -62,7 +62,9 @@ class PreparedStatement:
         """``(name, cql_type_name)`` of each bind marker in order, e.g. ``[("uuid", "uuid"), ("data", "blob")]``."""
 
 class Session:
-    """A connection to a Cassandra ring, with its own I/O runtime (2 threads).
+    """A connection to a Cassandra ring, with its own I/O runtime (2 threads; over TLS one per connection to a node,
+    as the cores allow) and one pool of decoder threads for the fetchers that decode images (started by the first,
+    with its ``decode_threads``).
 
     Requests use token-aware routing, the given consistency and a client-side timeout of
     ``request_timeout_ms``. The driver itself never retries; ``BulkWriter`` does.
@@ -96,6 +98,10 @@ class Session:
 
     def prepare(self, cql: str) -> PreparedStatement:
         """Prepares ``cql`` (GIL released). Raises Rejected if the ring rejects it (another RingError when it fails)."""
+
+    def close(self) -> None:
+        """Closes the connections, stops the I/O threads (waiting up to 2 s) and joins the decoder threads of its
+        fetchers; every later request through this session, its fetchers or its writers fails."""
 
     def scan(
         self,
@@ -150,8 +156,8 @@ class Session:
         (``uuid IN (...)`` sent to that node; at least one sample, at most ``concurrency``; 1: one read per
         sample). Samples are taken to be the mean size of the last batch read, before the first one
         ``sample_bytes`` (0: unknown, 64 kB assumed).
-        ``image_size=(height, width)`` decodes JPEG/PNG to uint8 (height, width, channels) on ``decode_threads``
-        native threads (resized bilinearly; with ``crop``, centre-cropped to the aspect ratio first);
+        ``image_size=(height, width)`` decodes JPEG/PNG to uint8 (height, width, channels) on the session's decoder
+        threads (``decode_threads`` of them, started by its first image fetcher; resized bilinearly; with ``crop``, centre-cropped to the aspect ratio first);
         ``raw_item_bytes`` expects fixed-size raw tensors; neither keeps the stored bytes.
         ``concurrency`` bounds the requests in flight across all of the fetcher's batches. Below it, the bytes in
         flight follow an adaptive window (from 16 MiB, never below it nor above ``memory_bytes / 2``): it grows
@@ -200,6 +206,10 @@ class Fetcher:
 
     def submit(self, ticket: int, uuids: bytes) -> None:
         """Starts reading the samples whose UUIDs are ``uuids`` (16 bytes each); returns at once."""
+
+    def close(self) -> None:
+        """Stops reading through this fetcher: batches in flight are abandoned, later calls raise RuntimeError. The
+        session stays open (its connections and decoder threads may serve other fetchers)."""
 
     def take(self, ticket: int | None = None) -> FetchedBatch:
         """Waits (GIL released) for batch ``ticket``, or for the first batch to complete when None.

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -140,6 +140,7 @@ pub struct Fetcher {
     /// Estimated bytes of each batch submitted and not yet taken (in flight, queued or in the reorder buffer).
     pending: Mutex<HashMap<u64, usize>>,
     memory_bytes: usize,
+    closed: AtomicBool,
 }
 
 impl Fetcher {
@@ -150,7 +151,7 @@ impl Fetcher {
         concurrency: u32,
         max_retries: u32,
         decode: Decode,
-        decode_threads: usize,
+        decoders: Option<Arc<DecoderPool>>,
         sample_bytes: usize,
         memory_bytes: usize,
         metrics: Arc<PathMetrics>,
@@ -166,12 +167,6 @@ impl Fetcher {
         }
         // Half the memory for the window: the other half holds the batches waiting for it or for their turn.
         let control = WindowControl::new(WINDOW_FLOOR, WINDOW_FLOOR, memory_bytes / 2, Instant::now());
-        let decoders = match decode {
-            Decode::Image(_) => Some(DecoderPool::start(decode_threads, Arc::clone(&metrics)).map_err(|err| {
-                PyRuntimeError::new_err(format!("cannot start decoder threads: {err}"))
-            })?),
-            _ => None,
-        };
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Ok(Self {
             shared: Arc::new(Shared {
@@ -195,6 +190,7 @@ impl Fetcher {
             finished: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             memory_bytes,
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -209,6 +205,13 @@ impl Fetcher {
         count * per_sample
     }
 
+    fn check_open(&self) -> PyResult<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(PyRuntimeError::new_err("this fetcher is closed"));
+        }
+        Ok(())
+    }
+
     fn ready(&self, ticket: Option<u64>) -> Option<(u64, Outcome)> {
         let mut finished = self.finished.lock().expect("no panics while locked");
         let key = match ticket {
@@ -221,13 +224,10 @@ impl Fetcher {
 
 #[pymethods]
 impl Fetcher {
-    /// Stops reading: closes the session this fetcher reads through (its connections and I/O threads) and joins its
-    /// decoder threads, with the GIL released; batches in flight are abandoned and later calls fail.
-    fn close(&self, py: Python<'_>) {
-        self.shared.client.close(py);
-        if let Some(decoders) = &self.shared.decoders {
-            py.detach(|| decoders.close());
-        }
+    /// Stops reading through this fetcher: batches in flight are abandoned and later calls fail. The session (its
+    /// connections, I/O and decoder threads, which other fetchers may share) stays open: `Session.close` stops it.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
     }
 
     /// True while more batches should be submitted: those submitted and not yet taken are expected to hold less
@@ -268,6 +268,7 @@ impl Fetcher {
 
     /// Starts reading the samples whose UUIDs are `uuids` (16 bytes each, concatenated); returns at once.
     fn submit(&self, ticket: u64, uuids: &Bound<'_, PyBytes>) -> PyResult<()> {
+        self.check_open()?;
         let raw = uuids.as_bytes();
         if raw.len() % 16 != 0 {
             return Err(PyValueError::new_err("uuids must be 16 bytes each"));
@@ -301,6 +302,7 @@ impl Fetcher {
     /// Waits (without the GIL) for batch `ticket`, or for whichever batch completes first when `ticket` is None.
     #[pyo3(signature = (ticket = None))]
     fn take(&self, py: Python<'_>, ticket: Option<u64>) -> PyResult<FetchedBatch> {
+        self.check_open()?;
         let mut waited = false;
         let (ticket, outcome) = loop {
             if let Some(found) = self.ready(ticket) {

@@ -1,15 +1,15 @@
 //! `Session`, the Python class: a connection to a ring (`client`) and the data paths opened through it.
 
 use std::num::NonZeroUsize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::client::{Client, Connect, PreparedStatement, parse_consistency};
-use crate::decode::{Decode, image_shape};
+use crate::decode::{Decode, DecoderPool, image_shape};
 use crate::fetch::{Fetcher, Statements};
 use crate::metrics::{LoaderMetrics, PathMetrics};
 use crate::scan::{ScanRequest, scan};
@@ -19,6 +19,22 @@ use crate::writer::BulkWriter;
 #[pyclass(module = "ringfeed._native", frozen)]
 pub struct Session {
     client: Arc<Client>,
+    /// The decoder threads of this session's image fetchers, started by the first one: the feeds of a sidecar's
+    /// local ranks share them, as they share the connections.
+    decoders: Mutex<Option<Arc<DecoderPool>>>,
+}
+
+impl Session {
+    fn decoder_pool(&self, threads: usize, metrics: &Arc<PathMetrics>) -> PyResult<Arc<DecoderPool>> {
+        let mut pool = self.decoders.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pool) = pool.as_ref() {
+            return Ok(Arc::clone(pool));
+        }
+        let started = DecoderPool::start(threads, Arc::clone(metrics))
+            .map_err(|err| PyRuntimeError::new_err(format!("cannot start decoder threads: {err}")))?;
+        *pool = Some(Arc::clone(&started));
+        Ok(started)
+    }
 }
 
 #[pymethods]
@@ -60,6 +76,7 @@ impl Session {
         };
         Ok(Self {
             client: Client::connect(py, connect)?,
+            decoders: Mutex::new(None),
         })
     }
 
@@ -158,24 +175,33 @@ impl Session {
             table: table.to_owned(),
             request_bytes,
         };
+        // Without one given, the fetcher measures for no one (a loader passes its own, kept across fetchers).
+        let metrics = metrics.map_or_else(|| Arc::new(PathMetrics::default()), |metrics| Arc::clone(&metrics.path));
+        let decoders = match decode {
+            Decode::Image(_) => Some(self.decoder_pool(decode_threads, &metrics)?),
+            _ => None,
+        };
         Fetcher::new(
             Arc::clone(&self.client),
             statements,
             concurrency,
             max_retries,
             decode,
-            decode_threads,
+            decoders,
             sample_bytes,
             memory_bytes,
-            // Without one given, the fetcher measures for no one (a loader passes its own, kept across fetchers).
-            metrics.map_or_else(|| Arc::new(PathMetrics::default()), |metrics| Arc::clone(&metrics.path)),
+            metrics,
         )
     }
 
-    /// Closes the connections and stops the I/O threads now (waiting up to 2 s for them); every later request
-    /// through this session, its fetchers or its writers fails. Dropping the last reference does the same.
+    /// Closes the connections, stops the I/O threads now (waiting up to 2 s for them) and joins the decoder
+    /// threads; every later request through this session, its fetchers or its writers fails. Dropping the last
+    /// reference does the same.
     fn close(&self, py: Python<'_>) {
         self.client.close(py);
+        if let Some(pool) = self.decoders.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            py.detach(|| pool.close());
+        }
     }
 
     #[pyo3(signature = (concurrency = 64, max_retries = 8))]

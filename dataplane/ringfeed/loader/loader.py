@@ -150,14 +150,17 @@ class Loader:
 
     @classmethod
     def from_source(cls, source: LoaderSource, *, options: LoaderOptions | None = None,
-                    metrics: LoaderMetrics | None = None, **fields) -> Loader:
+                    metrics: LoaderMetrics | None = None, session=None, **fields) -> Loader:
         """A loader of `source`; `metrics`: the native measurements to add to (the sidecar keeps one across the
-        loaders it starts), else its own."""
+        loaders it starts), else its own; `session`: a native session (``ringfeed._native.Session``) to read
+        through, shared with other loaders of this process (its connections and decoder threads; the sidecar's
+        feeds share one), which stays open when this loader closes; else the loader opens and closes its own."""
         loader = cls.__new__(cls)
-        loader._setup(source, LoaderOptions.build(options, **fields), metrics)
+        loader._setup(source, LoaderOptions.build(options, **fields), metrics, session)
         return loader
 
-    def _setup(self, source: LoaderSource, options: LoaderOptions, metrics: LoaderMetrics | None = None) -> None:
+    def _setup(self, source: LoaderSource, options: LoaderOptions, metrics: LoaderMetrics | None = None,
+               session=None) -> None:
         kind = source.encoding.kind
         if options.decode == TENSOR and kind != "raw":
             raise RingfeedError(f"decode='tensor' needs a dataset with the raw encoding; {source.split} is {kind}")
@@ -172,6 +175,9 @@ class Loader:
         self.offset = 0
         self._skip: frozenset[int] = frozenset()  # batches (counted from offset) delivered ahead, out of order
         self._tickets = itertools.count()
+        self.shared_session = session
+        self._shared_session_pid = os.getpid()
+        self._own_session = None
         self._fetcher = None
         self._fetcher_pid = None
         self._counted_before_fetcher = (0, 0)  # retries, buffers allocated: a fetcher counts its own from zero
@@ -180,7 +186,8 @@ class Loader:
     def __getstate__(self) -> dict:
         """A loader pickled into another process (a DataLoader worker started by spawn) connects and measures there
         on its own: the native reader and counters stay in this one."""
-        return {**self.__dict__, "metrics": None, "_fetcher": None, "_fetcher_pid": None, "_next_epoch": None}
+        return {**self.__dict__, "metrics": None, "_fetcher": None, "_fetcher_pid": None, "_next_epoch": None,
+                "shared_session": None, "_own_session": None}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -200,7 +207,10 @@ class Loader:
         of when the loader is garbage-collected; batches in flight are abandoned. A later iteration connects again."""
         if self._fetcher is not None and self._fetcher_pid == os.getpid():
             self._fetcher.close()
-        self._fetcher = None  # one inherited by a forked worker is dropped as it is: its threads are the parent's
+            if self._own_session is not None:
+                self._own_session.close()
+        # Ones inherited by a forked worker are dropped as they are: their threads are the parent's.
+        self._fetcher = self._own_session = None
         self._next_epoch = None
 
     def __enter__(self) -> Loader:
@@ -347,9 +357,11 @@ class Loader:
     def _open_fetcher(self):
         """The native reader of this process, opened on first use (and again in a forked worker)."""
         if self._fetcher is None or self._fetcher_pid != os.getpid():
-            session = self.source.address.native_session(
-                self.options.consistency,
-                connections_per_node(self.options.memory_bytes // 2, tls=bool(self.source.address.tls_ca_file)))
+            session = self.shared_session if self._shared_session_pid == os.getpid() else None
+            if session is None:  # none given, or given to the process this one was forked from
+                session = self._own_session = self.source.address.native_session(
+                    self.options.consistency,
+                    connections_per_node(self.options.memory_bytes // 2, tls=bool(self.source.address.tls_ca_file)))
             decode = self.options.decode
             decoding = {}
             if isinstance(decode, Decode):

@@ -1,17 +1,17 @@
 """``ringfeed serve``: the loader sidecar of a TrainingJob's Pod (see ``server`` for the handoff, ``endpoints`` for
 its HTTP port). A Pod that runs several ranks (torchrun's local ranks) gets one feed per local rank from the same
-process."""
+process; the feeds read through one native session, sharing its connections and decoder threads."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 from pathlib import Path
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.loader import Loader, LoaderOptions, LoaderSource
+from ringfeed.loader.loader import connections_per_node
 from ringfeed.serve.endpoints import Endpoints
 from ringfeed.serve.server import FeedServer, FeedStatus, wait_for_socket
 from ringfeed_client.protocol import local_feed_dir
@@ -23,11 +23,8 @@ __all__ = ["FeedServer", "FeedStatus", "feed_options", "serve", "wait_for_socket
 
 def feed_options(options: LoaderOptions, local_ranks: int) -> list[LoaderOptions]:
     """The loader options of each local rank's feed: `options.rank` is the Pod's index, so local rank i reads rank
-    index × local_ranks + i of `options.world_size` (torchrun's numbering). The decode threads (given or the
-    default, min(8, cores)) are split between the feeds: together they decode on as many as one feed would."""
-    threads = options.decode_threads or min(8, os.cpu_count() or 1)
-    return [dataclasses.replace(options, rank=options.rank * local_ranks + local_rank,
-                                decode_threads=max(1, threads // local_ranks))
+    index × local_ranks + i of `options.world_size` (torchrun's numbering)."""
+    return [dataclasses.replace(options, rank=options.rank * local_ranks + local_rank)
             for local_rank in range(local_ranks)]
 
 
@@ -42,12 +39,15 @@ def serve(address: ClusterAddress, dataset: str, split: str, part: str, version:
     try:
         source = LoaderSource.from_split(dataset, split, part, address=address, version=version)
         options = LoaderOptions.build(options, with_uuids=True)  # the trainer can always trace a batch back
+        # The feeds' memory windows add up on the connections they share.
+        session = address.native_session(options.consistency, connections_per_node(
+            local_ranks * options.memory_bytes // 2, tls=bool(address.tls_ca_file)))
         servers = []
         for local_rank, rank_options in enumerate(feed_options(options, local_ranks)):
             feed_directory = local_feed_dir(directory, local_rank, local_ranks)
             feed_directory.mkdir(parents=True, exist_ok=True)
-            servers.append(FeedServer(source, Loader.from_source(source, options=rank_options), feed_directory,
-                                      epochs, kept_positions))
+            loader = Loader.from_source(source, options=rank_options, session=session)
+            servers.append(FeedServer(source, loader, feed_directory, epochs, kept_positions))
     except Exception as error:
         endpoints.failure = str(error)
         endpoints.close()

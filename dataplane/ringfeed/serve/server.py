@@ -269,7 +269,8 @@ class FeedServer:
         return self._counted["retries"] + self.producer.loader.stats.retries
 
     def _start_producer(self, start: dict) -> Producer:
-        loader = Loader.from_source(self.source, options=self.loader.options, metrics=self.metrics)
+        loader = Loader.from_source(self.source, options=self.loader.options, metrics=self.metrics,
+                                    session=self.loader.shared_session)
         producer = Producer(self.source, loader, self.slots, self.epochs, start, self._restart_sidecar)
         producer.start()
         return producer

@@ -14,9 +14,3 @@ def test_local_rank_l_of_pod_p_reads_rank_p_times_the_pods_ranks_plus_l(pod, loc
     options = LoaderOptions(rank=pod, world_size=12, decode_threads=8)
     assert [o.rank for o in feed_options(options, local_ranks)] == ranks
     assert all(o.world_size == 12 for o in feed_options(options, local_ranks))
-
-
-@pytest.mark.parametrize(("threads", "local_ranks", "each"), [(8, 1, 8), (8, 4, 2), (8, 3, 2), (2, 8, 1)])
-def test_the_feeds_share_the_decode_threads(threads, local_ranks, each):
-    options = LoaderOptions(world_size=64, decode_threads=threads)
-    assert {o.decode_threads for o in feed_options(options, local_ranks)} == {each}

@@ -110,7 +110,8 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         patch.status["lineage"] = lineage_record(spec, split, dataset, catalog_name(dataset_name, dataset["spec"]))
     if not status.get("phase"):
         patch.status["phase"] = "Pending"
-        conditions.set("Ready", False, "Starting", f"starting {spec.get('replicas', 1)} rank(s)")
+        conditions.set("Ready", False, "Starting",
+                       f"starting {world_size(spec)} rank(s) in {spec.get('replicas', 1)} Pod(s)")
         patch.status["conditions"] = conditions.as_list()
     patch.status["observedGeneration"] = generation
 
@@ -195,7 +196,7 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     all_ready = current == "Running" and len(ready) == replicas
     if current not in FINAL_PHASES:
         conditions.set("Ready", all_ready, "AllRanksFed" if all_ready else current,
-                       f"{len(ready)} of {replicas} rank(s) ready, epoch {figures['epoch']} of {epochs}")
+                       f"{len(ready)} of {replicas} Pod(s) ready, epoch {figures['epoch']} of {epochs}")
     patch.status.update(phase=current, ranks=ranks, replicasReady=len(ready), samplesPerSecond=rate,
                         observedAt=now, conditions=conditions.as_list(), **figures)
     if current == "Running" and not status.get("startTime"):
