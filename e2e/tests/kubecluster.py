@@ -65,7 +65,12 @@ class Cluster:
 
     @staticmethod
     def image(name: str) -> str:
-        return f"{REGISTRY}/ringfeed/{name}:{IMAGE_VERSION}"
+        """The image as this build pushed it, pinned by its digest (`images/build.sh push` records it): a node that
+        pulled an earlier build of the same tag runs this one. Without a record (kind loads images by tag), the
+        tag."""
+        record = CACHE / "images" / "pushed" / REGISTRY.replace("/", "_") / name
+        digest = f"@{record.read_text().split()[1]}" if record.is_file() else ""
+        return f"{REGISTRY}/ringfeed/{name}:{IMAGE_VERSION}{digest}"
 
     def allow_pulls(self, namespace: str) -> None:
         """The registry's login as the namespace's pull Secret (a kubernetes.io/dockerconfigjson), as a platform
