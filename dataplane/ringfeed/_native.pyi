@@ -157,7 +157,8 @@ class Session:
         sample). Samples are taken to be the mean size of the last batch read, before the first one
         ``sample_bytes`` (0: unknown, 64 kB assumed).
         ``image_size=(height, width)`` decodes JPEG/PNG to uint8 (height, width, channels) on the session's decoder
-        threads (``decode_threads`` of them, started by its first image fetcher; resized bilinearly; with ``crop``, centre-cropped to the aspect ratio first);
+        threads (``decode_threads`` of them, started by its first image fetcher), resized bilinearly (with ``crop``,
+        centre-cropped to the aspect ratio first);
         ``raw_item_bytes`` expects fixed-size raw tensors; neither keeps the stored bytes.
         ``concurrency`` bounds the requests in flight across all of the fetcher's batches. Below it, the bytes in
         flight follow an adaptive window (from 16 MiB, never below it nor above ``memory_bytes / 2``): it grows

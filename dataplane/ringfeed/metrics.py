@@ -101,11 +101,14 @@ class PathCollector:
                      lambda f: f.window_bytes)
         yield family(GaugeMetricFamily, "in_flight_bytes", "Bytes of the read requests in flight.",
                      lambda f: f.in_flight_bytes)
-        for name, documentation in (("fetch_latency_seconds", "One read request, sent to answered (retries "
-                                     "included)."), ("decode_seconds", "One image, decoded and resized.")):
+        histograms: list[tuple[str, str, Callable[[PathFigures], tuple]]] = [
+            ("fetch_latency_seconds", "One read request, sent to answered (retries included).",
+             lambda f: f.native["fetch_latency_seconds"]),
+            ("decode_seconds", "One image, decoded and resized.", lambda f: f.native["decode_seconds"])]
+        for name, documentation, reading in histograms:
             histogram = HistogramMetricFamily(f"ringfeed_loader_{name}", documentation, labels=LABELS)
             for values, figures in readings:
-                bounds, cumulative, total = figures.native[name]
+                bounds, cumulative, total = reading(figures)
                 buckets = [(repr(float(bound)), count) for bound, count in zip(bounds, cumulative, strict=False)]
                 histogram.add_metric(values, [*buckets, ("+Inf", cumulative[-1])], sum_value=total)
             yield histogram

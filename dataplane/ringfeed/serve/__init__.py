@@ -28,6 +28,12 @@ def feed_options(options: LoaderOptions, local_ranks: int) -> list[LoaderOptions
             for local_rank in range(local_ranks)]
 
 
+def set_when_all(events: list[threading.Event], done: threading.Event) -> None:
+    for event in events:
+        event.wait()
+    done.set()
+
+
 def serve(address: ClusterAddress, dataset: str, split: str, part: str, version: int | None, options: LoaderOptions,
           epochs: int, directory: Path, bind: str, port: int, kept_positions: Path | None = None,
           ready: threading.Event | None = None, trainingjob: str = "", control_token: str | None = None,
@@ -57,7 +63,7 @@ def serve(address: ClusterAddress, dataset: str, split: str, part: str, version:
     for server, event in zip(servers[1:], listening[1:], strict=True):
         threading.Thread(target=server.serve_forever, args=(event,), name="ringfeed-feed", daemon=True).start()
     if ready is not None:
-        threading.Thread(target=lambda: (all(event.wait() for event in listening), ready.set()), daemon=True).start()
+        threading.Thread(target=set_when_all, args=(listening, ready), daemon=True).start()
     log.info("feeding %s part %s, rank(s) %s of %d, %d epochs, from %s", source.split, part,
              ", ".join(str(server.loader.options.rank) for server in servers), options.world_size, epochs, directory)
     servers[0].serve_forever(listening[0])

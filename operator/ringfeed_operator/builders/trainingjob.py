@@ -154,7 +154,8 @@ def trainer_environment(name: str, replicas: int, ranks_per_pod: int) -> list[di
     """torch.distributed's environment of a Pod's trainer, by torchrun's conventions (GROUP_RANK: the Pod's index).
     With several ranks per Pod, ``ringfeed-launch`` gives each process its RANK and LOCAL_RANK."""
     index = {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
-    single = [{"name": "RANK", "valueFrom": index}, {"name": "LOCAL_RANK", "value": "0"}] if ranks_per_pod == 1 else []
+    single: list[dict[str, Any]] = (
+        [{"name": "RANK", "valueFrom": index}, {"name": "LOCAL_RANK", "value": "0"}] if ranks_per_pod == 1 else [])
     return [
         *single,
         {"name": "GROUP_RANK", "valueFrom": index},
