@@ -13,9 +13,9 @@
 #   build.sh wheels   only the wheelhouses that are the Dockerfiles' build contexts (for a Docker build elsewhere)
 #   build.sh image NAME   (development) wheels and images/NAME alone, pushed to the local registry; the next `all`
 #                     rebuilds every image
-#   build.sh previous FOLDER   a previous release (FOLDER: e2e/upgrade/<version>, its packaged chart and operator
-#                     wheel) in the local registry, for the upgrade e2e: its operator image is this build's with that
-#                     release's operator package; its other images are this build's, tagged <version>
+#   build.sh previous FOLDER   a previous release (FOLDER: e2e/upgrade/<version>: its packaged chart, its ringfeed
+#                     sdist, its client and operator wheels) in the local registry, for the upgrade e2e: its
+#                     data-plane and operator images built from them, the trainer and cache tier this build's
 #
 # RUN steps use chroot isolation in the host's network namespace: no bridge, no NAT rule, no netns is created.
 set -euo pipefail
@@ -224,23 +224,31 @@ chart() { # [registry]: the packaged chart, pinned to the images pushed there, p
         "${options[@]}"
 }
 
-previous() { # folder: e2e/upgrade/<version> with ringfeed-<version>.tgz and ringfeed_operator-<version>-*.whl
-    local folder released registry via auth_file ca_dir options=(--quiet) records container site name id unpacked
+previous() { # folder: e2e/upgrade/<version>: chart/ringfeed-<version>.tgz; python/ its ringfeed sdist, client and operator wheels
+    local folder released registry via auth_file ca_dir options=(--quiet) records wheels unpacked name id
     folder=$(cd "$1" && pwd) released=$(basename "$1")
     setup_buildah
     use_registry local
     [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
     [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
-    # The release's operator code on this build's libraries: only its own package replaces this build's.
-    unpacked=$(mktemp -d "$store/tmp/operator.XXXXXX")
-    "$python" -m zipfile -e "$folder"/ringfeed_operator-"$released"-*.whl "$unpacked"
-    container=$(buildah from --pull=never "localhost/ringfeed/operator:$version")
-    site=$(buildah run "$container" -- python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-    buildah run --user 0:0 "$container" -- sh -c "rm -rf $site/ringfeed_operator $site/ringfeed_operator-*.dist-info"
-    buildah copy --quiet "$container" "$unpacked" "$site" >/dev/null
-    buildah commit --rm --quiet "$container" "localhost/ringfeed/operator:$released" >/dev/null
+    # The release's wheelhouse: its three packages (ringfeed built from its sdist) beside this build's wheels of the
+    # dependencies, whose locked versions the release shares.
+    wheels=$cache/wheels-$released
+    rm -rf "$wheels" && cp -al "$cache/wheels" "$wheels"
+    rm -f "$wheels"/ringfeed-0*.whl "$wheels"/ringfeed_client-*.whl "$wheels"/ringfeed_operator-*.whl
+    cp "$folder"/python/*.whl "$wheels/"
+    unpacked=$(mktemp -d "$store/tmp/sdist.XXXXXX")
+    tar -xzf "$folder/python/ringfeed-$released.tar.gz" -C "$unpacked"
+    # This build's target dir: the locked dependencies are compiled there already, only the release's crate is built.
+    (cd "$unpacked/ringfeed-$released" && PATH=$(dirname "$python"):$PATH "$python" -m maturin build --release --quiet \
+        --zig --compatibility manylinux_2_28 --target-dir "$repo/dataplane/native/target/manylinux" --out "$wheels" \
+        >/dev/null)
     rm -rf "$unpacked"
-    for name in dataplane trainer alluxio; do
+    for name in dataplane operator; do
+        buildah bud --quiet --layers --pull=never --isolation chroot --build-arg BASE="$base" \
+            -f "$here/$name/Dockerfile" -t "localhost/ringfeed/$name:$released" "$wheels" >/dev/null
+    done
+    for name in trainer alluxio; do  # the example trainer and the cache tier: this build's, tagged <released>
         buildah tag "localhost/ringfeed/$name:$version" "localhost/ringfeed/$name:$released"
     done
     # Its push records: the images tagged <released>, and this build's Ring images (their tags carry no release).
@@ -254,7 +262,7 @@ previous() { # folder: e2e/upgrade/<version> with ringfeed-<version>.tgz and rin
         echo "$id $(cat "$records/.digest") $registry/ringfeed/$name:$released" >"$records/$name"
     done
     "${via[@]}" "$python" "$repo/scripts/package-chart.py" --helm "$RINGFEED_CACHE/k8s/bin/helm" \
-        --chart "$folder/ringfeed-$released.tgz" --pushed "$records" --registry "$registry" \
+        --chart "$folder/chart/ringfeed-$released.tgz" --pushed "$records" --registry "$registry" \
         --out "$RINGFEED_CACHE/chart/previous" --push ${auth_file:+--registry-config "$auth_file"} \
         ${ca_dir:+--ca-file "$ca_dir/ca.crt"}
 }

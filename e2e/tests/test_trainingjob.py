@@ -92,9 +92,10 @@ def rank_pods(cluster: Cluster, ns: str, name: str) -> dict[int, object]:
 
 
 def feed_report(pod, local_rank: int = 0) -> dict | None:
-    """The feed of one local rank in its Pod's sidecar report, once the sidecar is ready."""
+    """The feed of one local rank in its Pod's sidecar report, once the sidecar is ready (a sidecar of release 0.1.0,
+    in the upgrade test, reports its one feed at the top)."""
     report = sidecar_report(pod)
-    return report["feeds"][local_rank] if report and report.get("ready") else None
+    return report.get("feeds", [report])[local_rank] if report and report.get("ready") else None
 
 
 def sidecar_report(pod) -> dict | None:
