@@ -14,7 +14,8 @@ from cryptography import x509
 
 from ringfeed_operator.pki import KeyPair, issue, new_ca, renewal_due, signed_by
 
-NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
+# Now, not a fixed date: the handshakes below check the certificates against the real clock.
+NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 SERVICE = "images-images-service.ml.svc"
 
 
