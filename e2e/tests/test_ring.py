@@ -48,7 +48,7 @@ from ringfeed.metrics import serve_loader_metrics
 from ringfeed.splits import load_split
 from ringfeed.store import Store
 from ringfeed_operator.pki import KeyPair, issue, new_ca
-from test_trainingjob import feed_report, rank_pods, trainingjob, wait_phase, wait_served
+from test_trainingjob import rank_pods, resume, trainingjob, wait_phase, wait_served
 
 from conftest import SAMPLES_CLAIM, TEST_STATE
 from kubecluster import (
@@ -402,13 +402,7 @@ def test_an_upgrade_from_the_previous_release_keeps_the_ring_dataset_split_and_a
     assert "lineage" in trainingjob_status_fields(cluster)
     # The suspended job kept its ranks' positions through the operator's replacement.
     assert get(cluster, ns, "trainingjobs", "upgraded")["status"]["ranks"][0] == kept
-    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "upgraded",
-                                                  {"spec": {"suspend": False}})
-
-    def resumed_position():
-        pod = rank_pods(cluster, ns, "upgraded").get(0)
-        return feed_report(pod) if pod else None
-    report = cluster.wait("the rank fed again", resumed_position, timeout_s=180)
+    report = resume(cluster, ns, "upgraded", timeout_s=180)
     assert (report["epoch"], report["offset"]) >= (kept["epoch"], kept["offset"])
     done = wait_phase(cluster, ns, "upgraded", "Succeeded", timeout_s=300)
     train = next(p for p in split["status"]["parts"] if p["name"] == "train")

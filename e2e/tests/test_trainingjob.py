@@ -129,6 +129,17 @@ def wait_phase(cluster: Cluster, ns: str, name: str, phase: str, timeout_s: floa
     return cluster.wait(f"trainingjob {name} {phase}", reached, timeout_s)
 
 
+def resume(cluster: Cluster, ns: str, name: str, timeout_s: float) -> dict:
+    """Lift a TrainingJob's suspension; → rank 0's feed report once its new sidecar feeds again."""
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", name,
+                                                  {"spec": {"suspend": False}})
+
+    def resumed_position():
+        pod = rank_pods(cluster, ns, name).get(0)
+        return feed_report(pod) if pod else None
+    return cluster.wait(f"rank 0 of {name} fed again", resumed_position, timeout_s=timeout_s)
+
+
 def trained_by_rank(cluster: Cluster, ns: str, name: str) -> dict[int, dict]:
     """The JSON line each rank's trainer printed at its end (a Pod's local ranks each print one): the UUIDs it
     trained on per epoch."""
@@ -382,13 +393,7 @@ def test_suspend_stops_the_ranks_and_resume_continues_from_their_positions(clust
     kept = {r["rank"]: r for r in suspended["status"]["ranks"]}
     assert kept[0]["offset"] > 0
     cluster.wait("the ranks' Pods gone", lambda: not rank_pods(cluster, ns, "pausable"), timeout_s=90)
-    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "pausable",
-                                                  {"spec": {"suspend": False}})
-
-    def resumed_position():
-        pod = rank_pods(cluster, ns, "pausable").get(0)
-        return feed_report(pod) if pod else None
-    report = cluster.wait("rank 0 fed again", resumed_position, timeout_s=120)
+    report = resume(cluster, ns, "pausable", timeout_s=120)
     # The new sidecar started at the kept position: what it served since is exactly the rest of the epoch.
     assert (report["epoch"], report["offset"]) >= (kept[0]["epoch"], kept[0]["offset"])
     done = wait_phase(cluster, ns, "pausable", "Succeeded", timeout_s=300)
