@@ -10,12 +10,14 @@ from test_builders import DATASET
 
 from ringfeed_operator.builders.cache import (
     CACHE_OBJECTS,
+    PRELOAD_READY,
     cache_objects,
     cache_status,
     fuse_daemonset,
     master_address,
     master_statefulset,
     object_name,
+    pod_selector,
     quantity_bytes,
     worker_daemonset,
 )
@@ -126,7 +128,7 @@ def test_status_is_ready_only_with_the_master_and_every_scheduled_worker_and_mou
     host = PurePosixPath("/srv/c/ml/d")
     ready = cache_status(master, daemons(2, 2), daemons(2, 2), host)
     assert ready == {"ready": True, "masterReady": True, "workers": "2/2", "mounts": "2/2",
-                     "hostPath": "/srv/c/ml/d/mnt"}
+                     "hostPath": "/srv/c/ml/d/mnt", "preload": None}
     assert not cache_status(master, daemons(2, 2), daemons(1, 2), host)["ready"]
     assert not cache_status(None, daemons(2, 2), daemons(2, 2), host)["ready"]
     assert not cache_status(master, daemons(0, 0), daemons(0, 0), host)["ready"]  # no node to run on
@@ -137,3 +139,52 @@ def test_only_namespaces_the_admin_labelled_are_opted_in_to_cache_tiers():
     for labels in ({}, {"ringfeed.io/cache-tier": "yes"}, {"pod-security.kubernetes.io/enforce": "privileged"}):
         assert cache_namespace_index(name="ml", labels=labels) == {}
     assert "ringfeed.io/cache-tier=allowed" in not_allowed("ml") and "namespace ml" in not_allowed("ml")
+
+
+def test_a_preload_runs_unprivileged_beside_each_fuse_mount_and_is_ready_once_warm():
+    assert [c["name"] for c in containers(fuse_daemonset(cached(), "tumour_slides", CACHE))] == ["fuse"]
+    fuse = fuse_daemonset(cached(preload=True), "tumour_slides", CACHE)
+    mount, preload = containers(fuse)
+    assert mount["name"] == "fuse" and preload["name"] == "preload" and preload["image"] == CACHE.image
+    assert preload["command"] == ["ringfeed", "cache", "preload"]
+    assert preload["args"][0] == "/ringfeed-cache/mnt" and "--watch=60" in preload["args"]
+    assert f"--ready-file={PRELOAD_READY}" in preload["args"]
+    assert preload["readinessProbe"]["exec"]["command"] == ["test", "-f", PRELOAD_READY]
+    # It reads the node's mount as a trainer does: read-only, HostToContainer (a FUSE restart's new mount shows).
+    mounts = {m["name"]: m for m in preload["volumeMounts"]}
+    assert mounts["mounts"]["mountPropagation"] == "HostToContainer" and mounts["mounts"]["readOnly"] is True
+    assert PRELOAD_READY.startswith(mounts["preload"]["mountPath"] + "/")
+    assert "preload" in {v["name"] for v in fuse["spec"]["template"]["spec"]["volumes"]}
+    security = preload["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] == 10001
+    assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]} and "privileged" not in security
+    assert not preload.get("env") and preload["resources"]["limits"]["memory"]
+
+
+def pod(fuse_ready: bool, preload_ready: bool | None, deleting: bool = False) -> dict:
+    statuses = [{"name": "fuse", "ready": fuse_ready}]
+    if preload_ready is not None:
+        statuses.append({"name": "preload", "ready": preload_ready})
+    return {"metadata": {"deletionTimestamp": "2026-11-27T12:00:00Z"} if deleting else {},
+            "status": {"containerStatuses": statuses}}
+
+
+def test_with_a_preload_mounts_count_by_the_fuse_container_and_warm_needs_every_node():
+    from pathlib import PurePosixPath
+    master, host = {"status": {"readyReplicas": 1}}, PurePosixPath("/srv/c/ml/d")
+    workers = {"status": {"numberReady": 2, "desiredNumberScheduled": 2}}
+    fuse = {"status": {"numberReady": 1, "desiredNumberScheduled": 2}}  # a Pod is ready only once warm
+    status = cache_status(master, workers, fuse, host, [pod(True, True), pod(True, False)])
+    assert status["ready"] and status["mounts"] == "2/2"
+    assert status["preload"] == {"warm": False, "nodes": "1/2"}
+    status = cache_status(master, workers, fuse, host, [pod(True, True), pod(True, True)])
+    assert status["preload"] == {"warm": True, "nodes": "2/2"}
+    status = cache_status(master, workers, fuse, host, [pod(True, True), pod(True, True, deleting=True)])
+    assert status["preload"] == {"warm": False, "nodes": "1/2"} and status["mounts"] == "1/2"
+    status = cache_status(master, workers, fuse, host, [pod(True, True)])  # a node's Pod not made yet
+    assert not status["preload"]["warm"] and not status["ready"]
+    none_scheduled = {"status": {"numberReady": 0, "desiredNumberScheduled": 0}}
+    assert not cache_status(master, workers, none_scheduled, host, [])["preload"]["warm"]
+    assert pod_selector("tumour-slides", "fuse") == ("ringfeed.io/dataset=tumour-slides,"
+                                                     "app.kubernetes.io/component=cache-fuse")

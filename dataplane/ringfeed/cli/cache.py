@@ -147,6 +147,51 @@ def cache_refresh(ctx):
     console.print("the mount shows the ring's splits as they are now")
 
 
+@cache.command("preload")
+@click.argument("mount", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--threads", default=32, show_default=True, type=click.IntRange(1, 1024),
+              help="Files read at once (each miss waits on the ring).")
+@click.option("--watch", "interval", default=None, type=click.FloatRange(min=1),
+              help="Keep running: after the first pass, read the new files (a split made since) every INTERVAL "
+                   "seconds, and wait out a mount that goes away.")
+@click.option("--ready-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --watch: written (the first pass's figures, JSON) once the first pass is done.")
+@click.pass_context
+def cache_preload(ctx, mount, threads, interval, ready_file):
+    """Read every file under MOUNT once, so that the first epoch runs warm (default: the local tier's mount).
+
+    Each file comes from the ring into the tier's worker, many at once, and its pages stay in the page cache
+    where a warm epoch reads them. On Kubernetes, spec.cache.alluxio.preload runs this beside each node's mount.
+
+    \b
+      ringfeed cache up ./ring && ringfeed cache preload
+      ringfeed cache preload ./ring/demo/by-patient/train --threads 64
+    """
+    from ringfeed.cache.preload import Preloader, keep_warm
+
+    if mount is None:
+        settings = ctx.meta["cache"].settings
+        if settings is None:
+            raise click.UsageError("no local cache tier is up: give the MOUNT to read, or `ringfeed cache up` first")
+        mount = Path(settings.mount)
+    if interval is None:
+        if ready_file is not None:
+            raise click.UsageError("--ready-file goes with --watch")
+        with err_console.status("reading every file once…") as status:
+            figures = Preloader(mount, threads).run_pass(
+                lambda files, size: status.update(f"{files:,} files, {human_bytes(size)} read…"))
+        console.print(f"preloaded {figures.describe()}")
+        if figures.failed:
+            raise SystemExit(1)
+        return
+
+    def report(figures, first: bool) -> None:
+        if first or figures.files or figures.failed:
+            print(f"{'preloaded' if first else 'new files'}: {figures.describe()}", flush=True)
+
+    keep_warm(mount, threads, interval, ready_file, report)
+
+
 @cache.command("down")
 @click.pass_context
 def cache_down(ctx):

@@ -191,6 +191,31 @@ def read_tree(mount: Path, dataset: str) -> dict[str, bytes]:
     return files
 
 
+def test_a_preload_reads_every_file_of_a_dataset_once_into_the_workers_memory(mounted_tier, ring_datasets):
+    """First in the module: the tier is cold. `ringfeed cache preload` (the command a FUSE Pod's preload container
+    runs) reads the raw tensors' tree whole; the worker's memory then holds every byte, and a pass again reads
+    nothing new."""
+    from click.testing import CliRunner
+
+    from ringfeed.cache.preload import Preloader
+    from ringfeed.cli import main as cli
+
+    tier, mount = mounted_tier
+    expected = {path: data for path, data in expected_tree(ring_datasets).items() if path.startswith(TENSORS + "/")}
+    cold = tier.cached_bytes()
+    result = CliRunner().invoke(cli, ["cache", "--state-dir", str(tier.state_dir), "preload",
+                                      str(mount / TENSORS), "--threads", "8"])
+    assert result.exit_code == 0, result.output
+    assert f"preloaded {len(expected):,} files" in result.output
+    # An .npy is the stored tensor behind a header, labels.csv is made by the master: at least the tensors' bytes.
+    tensor_bytes = sum(array.nbytes for array in ring_datasets["tensors"].values())
+    assert tier.cached_bytes() - cold >= tensor_bytes
+    preloader = Preloader(mount / TENSORS, threads=4)
+    assert preloader.run_pass().files == len(expected) and preloader.run_pass().files == 0
+    assert CliRunner().invoke(cli, ["cache", "--state-dir", str(tier.state_dir), "preload", "--ready-file",
+                                    "x.json"]).exit_code == 2  # --ready-file goes with --watch
+
+
 def test_fuse_shows_every_file_of_both_splits_byte_for_byte(mounted_tier, ring_datasets):
     tier, mount = mounted_tier
     expected = expected_tree(ring_datasets)

@@ -35,6 +35,10 @@ MOUNT_DIR = "/ringfeed-cache"  # the FUSE container's view of the dataset's host
 MOUNT_NAME = "mnt"  # the mount point inside it: the host directory itself stays a plain folder to propagate through
 DEFAULT_MEMORY = "1Gi"
 HEAP_MIB = {"master": 1024, "worker": 1024, "fuse": 512}  # each JVM's -Xmx
+# spec.cache.alluxio.preload: a container beside each FUSE process reads every file once through the node's mount
+# (ringfeed/cache/preload.py), then every PRELOAD_INTERVAL_S the files of splits made since; ready once warm.
+PRELOAD_CONTAINER, PRELOAD_STATE_DIR, PRELOAD_INTERVAL_S, PRELOAD_THREADS = "preload", "/var/run/preload", 60, 32
+PRELOAD_READY = f"{PRELOAD_STATE_DIR}/ready.json"
 JVM_OVERHEAD = 512 << 20  # metaspace, threads, direct buffers of one Alluxio JVM beyond its heap
 
 
@@ -81,6 +85,11 @@ def labels(dataset: str, role: str) -> dict[str, str]:
 
 def _selector(dataset: str, role: str) -> dict[str, str]:
     return {LABEL_DATASET: dataset, LABEL_COMPONENT: f"cache-{role}"}
+
+
+def pod_selector(dataset: str, role: str) -> str:
+    """The label selector of one role's Pods, as a list call takes it."""
+    return ",".join(f"{key}={value}" for key, value in _selector(dataset, role).items())
 
 
 def _metadata(dataset: dict, role: str) -> dict:
@@ -178,7 +187,7 @@ def worker_daemonset(dataset: dict, config: CacheConfig) -> dict:
         livenessProbe={"tcpSocket": {"port": RPC_PORTS["worker"]}, "initialDelaySeconds": 120, "periodSeconds": 20},
         volumeMounts=[*_SCRATCH_MOUNTS, {"name": "memory", "mountPath": MEMORY_DIR}, *tls_mounts],
         securityContext=_RESTRICTED)
-    return _daemonset(dataset, "worker", config, container,
+    return _daemonset(dataset, "worker", config, [container],
                       [*_SCRATCH, {"name": "memory", "emptyDir": {"medium": "Memory", "sizeLimit": memory}},
                        *tls_volumes], _NON_ROOT)
 
@@ -203,10 +212,32 @@ def fuse_daemonset(dataset: dict, catalog: str, config: CacheConfig) -> dict:
         securityContext={"privileged": True, "runAsUser": 0, "runAsNonRoot": False, "readOnlyRootFilesystem": True})
     volumes = [*_SCRATCH, {"name": "mounts", "hostPath": {"path": str(host_dir(config, namespace, name)),
                                                           "type": "DirectoryOrCreate"}}]
-    return _daemonset(dataset, "fuse", config, container, volumes, {"seccompProfile": {"type": "RuntimeDefault"}})
+    containers = [container]
+    if (cache_spec(dataset) or {}).get("preload"):
+        containers.append(preload_container(config))
+        volumes.append({"name": PRELOAD_CONTAINER, "emptyDir": {}})
+    return _daemonset(dataset, "fuse", config, containers, volumes, {"seccompProfile": {"type": "RuntimeDefault"}})
 
 
-def _daemonset(dataset: dict, role: str, config: CacheConfig, container: dict, volumes: list[dict],
+def preload_container(config: CacheConfig) -> dict:
+    """Reads the node's mount whole once, then the new files every PRELOAD_INTERVAL_S; ready once the first pass
+    is done. Unprivileged: it reads the mount (allow_other) as the trainers do, through HostToContainer
+    propagation, so a FUSE process that mounts again is seen."""
+    return {
+        "name": PRELOAD_CONTAINER, "image": config.image, "imagePullPolicy": config.image_pull_policy,
+        "command": ["ringfeed", "cache", "preload"],
+        "args": [f"{MOUNT_DIR}/{MOUNT_NAME}", f"--threads={PRELOAD_THREADS}", f"--watch={PRELOAD_INTERVAL_S}",
+                 f"--ready-file={PRELOAD_READY}"],
+        "readinessProbe": {"exec": {"command": ["test", "-f", PRELOAD_READY]}, "periodSeconds": 5},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+        "volumeMounts": [{"name": "mounts", "mountPath": MOUNT_DIR, "mountPropagation": "HostToContainer",
+                          "readOnly": True},
+                         {"name": PRELOAD_CONTAINER, "mountPath": PRELOAD_STATE_DIR}],
+        "securityContext": {**_RESTRICTED, **{k: v for k, v in _NON_ROOT.items() if k != "seccompProfile"}},
+    }
+
+
+def _daemonset(dataset: dict, role: str, config: CacheConfig, containers: list[dict], volumes: list[dict],
                security: dict) -> dict:
     name = dataset["metadata"]["name"]
     return {
@@ -215,7 +246,7 @@ def _daemonset(dataset: dict, role: str, config: CacheConfig, container: dict, v
             "selector": {"matchLabels": _selector(name, role)},
             "template": {"metadata": _pod_metadata(name, role), "spec": {
                 "automountServiceAccountToken": False, "securityContext": security,
-                "terminationGracePeriodSeconds": 30, "containers": [container], "volumes": volumes,
+                "terminationGracePeriodSeconds": 30, "containers": containers, "volumes": volumes,
                 **_placement(dataset, nodes=True), **pull_secrets(config.image_pull_secrets)}},
         },
     }
@@ -250,15 +281,30 @@ def cache_objects(dataset: dict, catalog: str, config: CacheConfig, network: Net
 
 # -- status ------------------------------------------------------------------------------------------------------------
 
-def cache_status(master: dict | None, workers: dict | None, fuse: dict | None, mount: PurePosixPath) -> dict:
+def cache_status(master: dict | None, workers: dict | None, fuse: dict | None, mount: PurePosixPath,
+                 fuse_pods: list[dict] | None = None) -> dict:
     """status.cache from the master StatefulSet and the two DaemonSets as read now: ready when the master and every
-    scheduled worker and FUSE Pod are."""
+    scheduled worker and FUSE Pod are. With a preload (``fuse_pods``, the FUSE Pods as read now), a FUSE Pod is
+    ready only once warm, so its mount counts by its fuse container, and ``warm`` when every node's preload is."""
     def daemons(obj: dict | None) -> tuple[int, int]:
         status = (obj or {}).get("status") or {}
         return status.get("numberReady", 0), status.get("desiredNumberScheduled", 0)
 
     master_ready = bool(((master or {}).get("status") or {}).get("readyReplicas"))
     (workers_ready, workers_wanted), (fuse_ready, fuse_wanted) = daemons(workers), daemons(fuse)
+    preload = None
+    if fuse_pods is not None:
+        fuse_ready = sum(container_ready(pod, "fuse") for pod in fuse_pods)
+        warm = sum(container_ready(pod, PRELOAD_CONTAINER) for pod in fuse_pods)
+        preload = {"warm": 0 < fuse_wanted == warm, "nodes": f"{warm}/{fuse_wanted}"}
     ready = master_ready and 0 < workers_wanted == workers_ready and 0 < fuse_wanted == fuse_ready
     return {"ready": ready, "masterReady": master_ready, "workers": f"{workers_ready}/{workers_wanted}",
-            "mounts": f"{fuse_ready}/{fuse_wanted}", "hostPath": str(mount / MOUNT_NAME)}
+            "mounts": f"{fuse_ready}/{fuse_wanted}", "hostPath": str(mount / MOUNT_NAME), "preload": preload}
+
+
+def container_ready(pod: dict, name: str) -> bool:
+    """Whether the named container of a Pod (as the API returns it) is ready; a Pod being deleted counts as not."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    statuses = (pod.get("status") or {}).get("containerStatuses") or ()
+    return any(status.get("name") == name and status.get("ready") for status in statuses)

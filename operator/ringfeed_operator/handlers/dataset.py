@@ -27,6 +27,7 @@ from ringfeed_operator.builders.cache import (
     cache_status,
     host_dir,
     object_name,
+    pod_selector,
 )
 from ringfeed_operator.builders.dataset import (
     catalog_name,
@@ -227,18 +228,22 @@ def _observe_cache(name: str, namespace: str, spec: dict, status: dict, body: di
     (deleted by hand, refused before, or in a namespace opted in since) is applied again."""
     if cache_spec(body) is None:
         conditions.remove("CacheReady")
+        conditions.remove("CacheWarm")
         return
     if not allowed:
         _ensure_cache(name, namespace, status, body, catalog_name(name, spec), memo, patch, allowed)
         conditions.set("CacheReady", False, "NamespaceNotAllowed", not_allowed(namespace))
+        conditions.remove("CacheWarm")
         return
     objects = {role: memo.kube.read_applied(namespace, kind, object_name(name, role))
                for kind, role in CACHE_OBJECTS if kind != "Service"}
     refused = None
     if None in objects.values():
         refused = _apply_cache(namespace, body, catalog_name(name, spec), memo)
+    preload = bool((cache_spec(body) or {}).get("preload"))
     cache = cache_status(objects["master"], objects["worker"], objects["fuse"],
-                         host_dir(memo.config.cache, namespace, name))
+                         host_dir(memo.config.cache, namespace, name),
+                         memo.kube.pods(namespace, pod_selector(name, "fuse")) if preload else None)
     patch.status["cache"] = cache
     message = refused or (f"master {'ready' if cache['masterReady'] else 'starting'}, workers {cache['workers']} "
                           f"ready, FUSE mounts {cache['mounts']} ready at {cache['hostPath']}")
@@ -247,6 +252,17 @@ def _observe_cache(name: str, namespace: str, spec: dict, status: dict, body: di
                    message)
     if cache["ready"] and not was_ready:
         event(body, "CacheReady", message)
+    if not preload:
+        conditions.remove("CacheWarm")
+        return
+    warm, was_warm = cache["preload"]["warm"], conditions.is_true("CacheWarm")
+    message = (f"every file of the splits was read once through the mount on {cache['preload']['nodes']} node(s): "
+               "the first epoch reads the tier warm" if warm else
+               f"reading every file of the splits once through each node's mount, from the ring into the tier: "
+               f"{cache['preload']['nodes']} node(s) warm")
+    conditions.set("CacheWarm", warm, "Preloaded" if warm else "Preloading", message)
+    if warm and not was_warm:
+        event(body, "CacheWarm", message)
 
 
 def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,

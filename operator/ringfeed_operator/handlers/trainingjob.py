@@ -138,7 +138,8 @@ def _forbidden_secrets(name: str, namespace: str, dataset: dict, references: Map
 
 
 def _require_cache(dataset: dict, patch: kopf.Patch, conditions: Conditions, generation: int) -> None:
-    """access: posix reads the Dataset's cache tier: it must have one, serving on every node."""
+    """access: posix reads the Dataset's cache tier: it must have one, serving on every node, and warm on every
+    node when it preloads."""
     name = dataset["metadata"]["name"]
     if cache_spec(dataset) is None:
         give_up(patch, conditions, generation, "NoCacheTier", f"access posix reads files from the cache tier of "
@@ -148,6 +149,10 @@ def _require_cache(dataset: dict, patch: kopf.Patch, conditions: Conditions, gen
     if not cache.get("ready"):
         give_up(patch, conditions, generation, "CacheNotReady", f"waiting for the cache tier of Dataset {name} "
                 f"(workers {cache.get('workers', '?')}, FUSE mounts {cache.get('mounts', '?')} ready)",
+                permanent=False, delay=10)
+    if cache_spec(dataset).get("preload") and not (cache.get("preload") or {}).get("warm"):
+        give_up(patch, conditions, generation, "CacheNotWarm", f"waiting for the preload of Dataset {name}'s cache "
+                f"tier: {(cache.get('preload') or {}).get('nodes', '?')} node(s) warm (spec.cache.alluxio.preload)",
                 permanent=False, delay=10)
 
 
