@@ -210,7 +210,7 @@ bench-sidecar: deps ## TrainingJob handoff: loader sidecar + shared memory vs th
 bench-train: deps ## Training steps/s fed by the sidecar vs the same loop on synthetic batches (BAR lines)
 	$(PY) benchmarks/bench_sidecar.py --train
 
-bench-cache: deps alluxio ## ImageFolder + DataLoader through the Alluxio FUSE tier (cold, warm) vs local disk (BAR lines)
+bench-cache: deps alluxio ## ImageFolder + DataLoader through the Alluxio FUSE tier (cold, warm, after a preload) vs local disk (BAR lines)
 	$(PY) -X faulthandler benchmarks/bench_cache.py
 
 bench-ring-nodes: deps ## A local ring's reads against node count, 1 → 4 → 1 under 4 loaders, nodes on CPUs of their own (16 cores: the device machine; BAR lines)

@@ -1,5 +1,6 @@
 """A Dataset's Alluxio cache tier on the real local cluster (spec.cache.alluxio): the operator's master, worker and
-FUSE DaemonSet from the project's image, the split as a directory tree on the node, a TrainingJob with
+FUSE DaemonSet from the project's image, its preload (every file read into the tier before a posix TrainingJob may
+start), the split as a directory tree on the node, a TrainingJob with
 ``access: posix`` training 2 epochs with torchvision's ImageFolder over the mount (every file of the part read once
 per epoch across 2 ranks, byte-identical with the ring), Alluxio's metrics scraped by Prometheus, and the tier gone
 with spec.cache.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from pathlib import Path
 
@@ -37,7 +39,7 @@ NAMESPACE_LABELS = {"ringfeed.io/cache-tier": "allowed", "pod-security.kubernete
 def split(cluster: Cluster, ns: str, ring, store, source, cuda_libraries: str) -> dict:
     cluster.kubectl("create", "secret", "generic", "ring-credentials", "-n", ns, "--from-literal=username=cassandra",
                     f"--from-literal=password={PASSWORD}")
-    manifest = dataset_manifest(DATASET, ring, cache={"alluxio": {"memory": "256Mi"}})
+    manifest = dataset_manifest(DATASET, ring, cache={"alluxio": {"memory": "256Mi", "preload": True}})
     create(cluster, ns, "datasets", manifest)
     wait_ready(cluster, ns, "datasets", DATASET)
     create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": SPLIT},
@@ -85,6 +87,41 @@ def posix_trainingjob(name: str) -> dict:
             }},
         },
     }
+
+
+def ring_reads(ring) -> int:
+    """The node's local read count of the dataset's data_by_uuid: what anything took from the ring."""
+    out = ring.nodetool(1, "tablestats", f"{CATALOG}.data_by_uuid")
+    return int(re.search(r"Local read count: (\d+)", out)[1])
+
+
+def test_the_preload_reads_every_file_into_the_tier_and_the_node_then_reads_none_from_the_ring(
+        cluster: Cluster, ns: str, split: dict, ring, store):
+    """First of the module: nothing has read the tree but the preload container beside the FUSE mount."""
+    def warm():
+        dataset = get(cluster, ns, "datasets", DATASET)
+        return dataset if condition(dataset, "CacheWarm").get("status") == "True" else None
+    dataset = cluster.wait(f"the preload of {DATASET}", warm, timeout_s=420)
+    cache = dataset["status"]["cache"]
+    assert cache["preload"] == {"warm": True, "nodes": "1/1"} and cache["mounts"] == "1/1" and cache["ready"]
+    assert condition(dataset, "CacheWarm")["reason"] == "Preloaded"
+    assert "CacheWarm" in {e.reason for e in events(cluster, ns, DATASET)}
+    members = load_split(store, CATALOG, SPLIT)
+    files = sum(len(members.uuids(part)) for part in ("train", "val"))
+    [pod] = cluster.core.list_namespaced_pod(
+        ns, label_selector=f"ringfeed.io/dataset={DATASET},app.kubernetes.io/component=cache-fuse").items
+    preload = next(c for c in pod.spec.containers if c.name == "preload")
+    assert preload.security_context.run_as_non_root and not preload.security_context.privileged
+    log = cluster.core.read_namespaced_pod_log(pod.metadata.name, ns, container="preload")
+    assert f"preloaded {files:,} files" in log and "failed" not in log, log
+    # Every file of both parts, read now through the node's mount, comes from the tier: not one read of the ring.
+    mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt"
+    before = ring_reads(ring)
+    read = {part: tree(mount / SPLIT / part) for part in ("train", "val")}
+    assert ring_reads(ring) == before
+    assert sum(map(len, read.values())) == files
+    for part in ("train", "val"):
+        assert read[part] == ring_files(store, part), part
 
 
 def test_the_split_is_a_directory_tree_on_the_node_identical_to_the_ring(cluster: Cluster, ns: str, split: dict,
