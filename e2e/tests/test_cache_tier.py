@@ -97,23 +97,27 @@ def ring_reads(ring) -> int:
 
 def test_the_preload_reads_every_file_into_the_tier_and_the_node_then_reads_none_from_the_ring(
         cluster: Cluster, ns: str, split: dict, ring, store):
-    """First of the module: nothing has read the tree but the preload container beside the FUSE mount."""
-    def warm():
-        dataset = get(cluster, ns, "datasets", DATASET)
-        return dataset if condition(dataset, "CacheWarm").get("status") == "True" else None
-    dataset = cluster.wait(f"the preload of {DATASET}", warm, timeout_s=420)
-    cache = dataset["status"]["cache"]
-    assert cache["preload"] == {"warm": True, "nodes": "1/1"} and cache["mounts"] == "1/1" and cache["ready"]
-    assert condition(dataset, "CacheWarm")["reason"] == "Preloaded"
-    assert "CacheWarm" in {e.reason for e in events(cluster, ns, DATASET)}
+    """First of the module: nothing has read the tree but the preload container beside the FUSE mount. Its first
+    pass may have run before the Split was made; a later pass (every minute) reads the Split's files."""
     members = load_split(store, CATALOG, SPLIT)
     files = sum(len(members.uuids(part)) for part in ("train", "val"))
     [pod] = cluster.core.list_namespaced_pod(
         ns, label_selector=f"ringfeed.io/dataset={DATASET},app.kubernetes.io/component=cache-fuse").items
     preload = next(c for c in pod.spec.containers if c.name == "preload")
     assert preload.security_context.run_as_non_root and not preload.security_context.privileged
-    log = cluster.core.read_namespaced_pod_log(pod.metadata.name, ns, container="preload")
-    assert f"preloaded {files:,} files" in log and "failed" not in log, log
+
+    def warm():
+        log = cluster.core.read_namespaced_pod_log(pod.metadata.name, ns, container="preload")
+        read = sum(int(n.replace(",", "")) for n in re.findall(r"^(?:preloaded|new files): ([\d,]+) files", log,
+                                                                  re.MULTILINE))
+        dataset = get(cluster, ns, "datasets", DATASET)
+        return (dataset, log) if read == files and condition(dataset, "CacheWarm").get("status") == "True" else None
+    dataset, log = cluster.wait(f"the preload of {DATASET}'s {files} files", warm, timeout_s=420)
+    assert "failed" not in log, log
+    cache = dataset["status"]["cache"]
+    assert cache["preload"] == {"warm": True, "nodes": "1/1"} and cache["mounts"] == "1/1" and cache["ready"]
+    assert condition(dataset, "CacheWarm")["reason"] == "Preloaded"
+    assert "CacheWarm" in {e.reason for e in events(cluster, ns, DATASET)}
     # Every file of both parts, read now through the node's mount, comes from the tier: not one read of the ring.
     mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt"
     before = ring_reads(ring)
@@ -235,11 +239,13 @@ def test_a_killed_fuse_process_mounts_again_and_a_running_reader_sees_it(cluster
     assert digests_in_pod(cluster, ns, f"/data/mnt/{SPLIT}/val") == expected
     [pod] = cluster.core.list_namespaced_pod(
         ns, label_selector=f"ringfeed.io/dataset={DATASET},app.kubernetes.io/component=cache-fuse").items
-    restarts = pod.status.container_statuses[0].restart_count
+    def fuse_status(current):
+        return next(status for status in current.status.container_statuses if status.name == "fuse")
+    restarts = fuse_status(pod).restart_count
     cluster.kill_container(ns, pod.metadata.name, "fuse")
 
     def restarted_and_ready():
-        current = cluster.core.read_namespaced_pod(pod.metadata.name, ns).status.container_statuses[0]
+        current = fuse_status(cluster.core.read_namespaced_pod(pod.metadata.name, ns))
         return current.restart_count > restarts and current.ready
     cluster.wait("the FUSE container restarted and mounted", restarted_and_ready, timeout_s=180)
     mount = Path(CACHE_HOST_DIR) / ns / DATASET / "mnt"

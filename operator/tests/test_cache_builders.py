@@ -159,7 +159,8 @@ def test_a_preload_runs_unprivileged_beside_each_fuse_mount_and_is_ready_once_wa
     assert security["runAsNonRoot"] is True and security["runAsUser"] == 10001
     assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True
     assert security["capabilities"] == {"drop": ["ALL"]} and "privileged" not in security
-    assert not preload.get("env") and preload["resources"]["limits"]["memory"]
+    # The page cache it fills is charged to it: a memory limit would evict what it preloads.
+    assert not preload.get("env") and "limits" not in preload["resources"]
 
 
 def pod(fuse_ready: bool, preload_ready: bool | None, deleting: bool = False) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
 
 import click
@@ -152,10 +154,11 @@ def cache_refresh(ctx):
 @click.option("--threads", default=32, show_default=True, type=click.IntRange(1, 1024),
               help="Files read at once (each miss waits on the ring).")
 @click.option("--watch", "interval", default=None, type=click.FloatRange(min=1),
-              help="Keep running: after the first pass, read the new files (a split made since) every INTERVAL "
-                   "seconds, and wait out a mount that goes away.")
+              help="Keep running: after the first pass, read what is new (a split made since) every INTERVAL "
+                   "seconds, and read a mount that goes away whole again once it is back.")
 @click.option("--ready-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="With --watch: written (the first pass's figures, JSON) once the first pass is done.")
+              help="With --watch: written (JSON figures) once a pass has read everything, removed while a pass "
+                   "has files to read.")
 @click.pass_context
 def cache_preload(ctx, mount, threads, interval, ready_file):
     """Read every file under MOUNT once, so that the first epoch runs warm (default: the local tier's mount).
@@ -179,7 +182,7 @@ def cache_preload(ctx, mount, threads, interval, ready_file):
             raise click.UsageError("--ready-file goes with --watch")
         with err_console.status("reading every file once…") as status:
             figures = Preloader(mount, threads).run_pass(
-                lambda files, size: status.update(f"{files:,} files, {human_bytes(size)} read…"))
+                on_progress=lambda files, size: status.update(f"{files:,} files, {human_bytes(size)} read…"))
         console.print(f"preloaded {figures.describe()}")
         if figures.failed:
             raise SystemExit(1)
@@ -189,6 +192,8 @@ def cache_preload(ctx, mount, threads, interval, ready_file):
         if first or figures.files or figures.failed:
             print(f"{'preloaded' if first else 'new files'}: {figures.describe()}", flush=True)
 
+    # A container's first process gets no default SIGTERM handling: without this, every stop waits out its grace.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     keep_warm(mount, threads, interval, ready_file, report)
 
 

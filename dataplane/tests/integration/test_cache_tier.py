@@ -368,6 +368,24 @@ def test_a_split_made_after_more_ingest_shows_every_new_file(mounted_tier, ring_
         assert {uuid.UUID(path.stem) for path in (split / part).rglob("*.jpg")} == members[part]
 
 
+def test_a_preload_pass_reads_a_split_made_after_the_mount_listed_its_dataset(mounted_tier, cassandra_node):
+    """What a FUSE Pod's preload container does every minute: its dataset's folder was listed, and FUSE keeps that
+    listing, before the split was made; the next pass drops the listing and reads the new split's files, only
+    those."""
+    from ringfeed.cache.preload import Preloader
+
+    tier, mount = mounted_tier
+    preloader = Preloader(mount / IMAGES, threads=8)
+    preloader.run_pass()
+    assert preloader.run_pass().files == 0
+    with Store(cassandra_node.address) as store:
+        create_split(store, IMAGES, "preloaded-later", SplitSpec(ratios=(1,), names=("all",), seed=3))
+        members = len(load_split(store, IMAGES, "preloaded-later").uuids("all"))
+    figures = preloader.run_pass()
+    assert (figures.files, figures.failed) == (members, 0)
+    assert preloader.run_pass().files == 0
+
+
 def test_a_killed_fuse_process_is_mounted_again_by_up(mounted_tier, cassandra_node):
     """A FUSE process killed outright leaves its mount dead (ENOTCONN); `ringfeed cache up` again detaches it and
     mounts anew, and the tree reads as before."""

@@ -229,7 +229,8 @@ def preload_container(config: CacheConfig) -> dict:
         "args": [f"{MOUNT_DIR}/{MOUNT_NAME}", f"--threads={PRELOAD_THREADS}", f"--watch={PRELOAD_INTERVAL_S}",
                  f"--ready-file={PRELOAD_READY}"],
         "readinessProbe": {"exec": {"command": ["test", "-f", PRELOAD_READY]}, "periodSeconds": 5},
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+        # No memory limit: the page cache it fills is charged to it, and a limit would evict what it preloads.
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
         "volumeMounts": [{"name": "mounts", "mountPath": MOUNT_DIR, "mountPropagation": "HostToContainer",
                           "readOnly": True},
                          {"name": PRELOAD_CONTAINER, "mountPath": PRELOAD_STATE_DIR}],

@@ -75,7 +75,7 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     forbidden = _forbidden_secrets(name, namespace, dataset, references, memo)
     if message := refusal(isolation_breaches(template), forbidden, references):
         give_up(patch, conditions, generation, "TrainerNotIsolated", message, permanent=True)
-    if spec.get("access", "sidecar") == "posix":
+    if spec.get("access", "sidecar") == "posix" and not status.get("jobName"):  # a made Job is not held back
         _require_cache(dataset, patch, conditions, generation)
     job = rank_job(body, dataset, catalog_name(dataset_name, dataset["spec"]), computed["version"], memo.config.jobs,
                    memo.config.cache, status.get("ranks"))

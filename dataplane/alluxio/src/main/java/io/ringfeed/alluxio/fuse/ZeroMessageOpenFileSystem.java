@@ -2,6 +2,7 @@ package io.ringfeed.alluxio.fuse;
 
 import alluxio.AlluxioURI;
 import alluxio.client.file.FileSystem;
+import alluxio.client.file.MetadataCachingFileSystem;
 import alluxio.client.file.URIStatus;
 import alluxio.exception.AlluxioException;
 import alluxio.exception.FileDoesNotExistException;
@@ -143,8 +144,19 @@ public final class ZeroMessageOpenFileSystem extends AbstractFuseFileSystem impl
     return alluxio.getattr(path, stat);
   }
 
+  /**
+   * The folders that list datasets and splits (the Alluxio root and a dataset's folder) are listed as the catalog is
+   * now: their cached listing is dropped first, so a split made since shows in them, as it does under its path. A
+   * part's and a class's listings stay cached (a split version never changes).
+   */
   @Override
   public int readdir(String path, long buff, long filter, long offset, FuseFileInfo fi) {
+    if (fileSystem instanceof MetadataCachingFileSystem caching) {
+      AlluxioURI uri = uris.getUnchecked(path);
+      if (uri.getDepth() <= 1) {
+        caching.dropMetadataCache(uri);
+      }
+    }
     return alluxio.readdir(path, buff, filter, offset, fi);
   }
 
