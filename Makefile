@@ -222,6 +222,9 @@ bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF 
 	$(PY) benchmarks/bench_ring_scale.py $(CURDIR)/.state/bench/ring-scale-rf$(RF).json \
 	  --plot docs/bench-ring-scale-rf$(RF).svg
 
+bench-operator-scale: deps k8s-binaries chart ## The operator under COUNT (1,000) Datasets, Splits and TrainingJobs, their Pods on kwok's simulated nodes: status latency, CPU, memory, apiserver requests at rest and under churn (BAR lines)
+	e2e/cluster/cluster.sh run $(PY) -X faulthandler benchmarks/bench_operator_scale.py --count $(or $(COUNT),1000)
+
 capacity: | $(VENV)/.installed ## The capacity model (docs/capacity.md): sizing table of the worked examples, docs/capacity.svg and .csv
 	$(PY) benchmarks/capacity_model.py
 
@@ -230,4 +233,4 @@ capacity: | $(VENV)/.installed ## The capacity model (docs/capacity.md): sizing 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart previous-release cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale capacity clean
+.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart previous-release cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale bench-operator-scale capacity clean

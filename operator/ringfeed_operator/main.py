@@ -1,6 +1,8 @@
 """kopf registrations and the operator's start: each registration hands kopf's kwargs on to the handler of its kind
 (`handlers/`), which declares those it uses.
 
+The timers send only the status fields that changed (status.drop_unchanged_status).
+
 The function names are kopf's handler ids: kopf records a change handler's progress in annotations under its id
 (`operator.ringfeed.io/reconcile_dataset`...), an index is passed to handlers under its id, and the reconcile
 metrics are labelled with it. Renaming one makes an upgraded operator handle every object again.
@@ -20,6 +22,7 @@ from ringfeed_operator.handlers import dataset, ring, split, trainingjob
 from ringfeed_operator.handlers.common import POLL_S
 from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS
 from ringfeed_operator.metrics import counted
+from ringfeed_operator.status import drop_unchanged_status
 
 # Annotations and the finalizer carry Ringfeed's domain.
 ANNOTATION_PREFIX = "operator.ringfeed.io"
@@ -83,6 +86,7 @@ def reconcile_dataset(**kwargs) -> None:
 @counted("Dataset")
 def watch_dataset(**kwargs) -> None:
     dataset.watch(**kwargs)
+    drop_unchanged_status(kwargs["patch"], kwargs["status"])
 
 
 @kopf.on.delete(*DATASETS)
@@ -109,12 +113,14 @@ def reconcile_split(**kwargs) -> None:
 @counted("Split")
 def watch_split(**kwargs) -> None:
     split.watch_job(**kwargs)
+    drop_unchanged_status(kwargs["patch"], kwargs["status"])
 
 
 @kopf.timer(*SPLITS, interval=split.DATASET_CHECK_S, initial_delay=split.DATASET_CHECK_S, when=split.computed)
 @counted("Split")
 def watch_split_dataset(**kwargs) -> None:
     split.watch_dataset(**kwargs)
+    drop_unchanged_status(kwargs["patch"], kwargs["status"])
 
 
 @kopf.on.delete(*SPLITS)
@@ -137,6 +143,7 @@ def reconcile_trainingjob(**kwargs) -> None:
 @counted("TrainingJob")
 def watch_trainingjob(**kwargs) -> None:
     trainingjob.watch(**kwargs)
+    drop_unchanged_status(kwargs["patch"], kwargs["status"])
 
 
 # -- Ring ------------------------------------------------------------------------------------------------------------
@@ -158,6 +165,7 @@ def reconcile_ring(**kwargs) -> None:
 @counted("Ring")
 def watch_ring(**kwargs) -> None:
     ring.watch(**kwargs)
+    drop_unchanged_status(kwargs["patch"], kwargs["status"])
 
 
 @kopf.timer(*RINGS, interval=CERTIFICATE_CHECK_S, initial_delay=CERTIFICATE_CHECK_S)

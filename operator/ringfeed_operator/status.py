@@ -4,6 +4,7 @@ state of a Job from its conditions. Pure."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, MutableMapping
 
 
 def now_rfc3339() -> str:
@@ -48,6 +49,20 @@ class Conditions:
 
     def as_list(self) -> list[dict]:
         return sorted(self._items.values(), key=lambda c: c["type"])
+
+
+def drop_unchanged_status(patch: MutableMapping, status: Mapping) -> None:
+    """Leave out of a handler's patch the status fields it sets to what they are already, and the status itself
+    when nothing is left. kopf sends any status patch it is given, and the apiserver answers an unchanged one
+    without writing it but as a request all the same: a timer that finds nothing new would cost a PATCH per object
+    per tick (make bench-operator-scale: a fifth of the operator's requests at rest)."""
+    fields = patch.get("status")
+    if not fields:
+        return
+    for key in [key for key, value in fields.items() if status.get(key) == value]:
+        del fields[key]
+    if not fields:
+        del patch["status"]
 
 
 def job_state(job: dict | None) -> str:

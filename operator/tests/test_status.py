@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringfeed_operator.status import Conditions, job_state
+from ringfeed_operator.status import Conditions, drop_unchanged_status, job_state
 
 
 def test_conditions_keep_transition_time_until_the_status_changes():
@@ -21,6 +21,26 @@ def test_conditions_keep_transition_time_until_the_status_changes():
     assert [c["type"] for c in conditions.as_list()] == ["Degraded", "Ready"]
     assert conditions.get("Degraded")["status"] == "Unknown"
 
+
+
+def test_a_status_patch_keeps_only_what_changes():
+    status = {"samples": 5, "splits": 2, "conditions": [{"type": "Ready", "status": "True"}], "cache": None}
+    patch = {"metadata": {"annotations": {"a": "1"}},
+             "status": {"samples": 5, "splits": 3, "conditions": [{"type": "Ready", "status": "True"}],
+                        "cache": None, "ingest": None, "keyspace": "k"}}
+    drop_unchanged_status(patch, status)
+    # A field removed that is absent is unchanged too; the rest of the patch is left alone.
+    assert patch == {"metadata": {"annotations": {"a": "1"}}, "status": {"splits": 3, "keyspace": "k"}}
+
+
+def test_a_status_patch_that_changes_nothing_goes():
+    status = {"samples": 5, "conditions": [{"type": "Ready", "status": "True"}]}
+    patch = {"status": {"samples": 5, "conditions": [{"type": "Ready", "status": "True"}]}}
+    drop_unchanged_status(patch, status)
+    assert patch == {}
+    untouched = {"spec": {"x": 1}}
+    drop_unchanged_status(untouched, status)
+    assert untouched == {"spec": {"x": 1}}
 
 
 def job(*conditions: tuple[str, str]) -> dict:

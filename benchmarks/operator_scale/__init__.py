@@ -1,0 +1,1 @@
+"""The helpers of `make bench-operator-scale` (bench_operator_scale.py)."""
