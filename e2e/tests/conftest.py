@@ -148,19 +148,20 @@ SAMPLES_CLAIM, CUDA_CLAIM = "samples", "cuda-libraries"
 CUDA_LIBRARIES = REPO / ".venv" / "lib" / "python3.11" / "site-packages" / "nvidia"
 
 
-def host_directory_claim(cluster: Cluster, ns: str, claim: str, path: Path) -> None:
-    """A folder of this node as PersistentVolumeClaim `claim` of `ns`, read-only (a hostPath PersistentVolume bound
-    to it): what a Pod under the restricted Pod Security level may mount, where a hostPath volume is refused."""
-    volume = f"{ns}-{claim}"
+def host_directory_claim(cluster: Cluster, ns: str, claim: str, path: Path, writable: bool = False) -> None:
+    """A folder of this node as PersistentVolumeClaim `claim` of `ns`, read-only unless `writable` (a hostPath
+    PersistentVolume bound to it): what a Pod under the restricted Pod Security level may mount, where a hostPath
+    volume is refused."""
+    volume, mode = f"{ns}-{claim}", "ReadWriteMany" if writable else "ReadOnlyMany"
     cluster.core.create_persistent_volume({
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": volume, "labels": {TEST_NAMESPACE_LABEL: ns}},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": [mode], "storageClassName": "",
                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(path), "type": "Directory"},
                  "claimRef": {"namespace": ns, "name": claim}}})
     cluster.core.create_namespaced_persistent_volume_claim(ns, {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
-        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": volume,
+        "spec": {"accessModes": [mode], "storageClassName": "", "volumeName": volume,
                  "resources": {"requests": {"storage": "1Gi"}}}})
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import urllib.error
@@ -23,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from probes import attempts_from, check_isolated
 from ringfeed.splits import load_split
 
-from conftest import CUDA_CLAIM
+from conftest import CUDA_CLAIM, host_directory_claim
 from kubecluster import GROUP, VERSION, Cluster
 from test_operator import condition, create, dataset_manifest, events, get, wait_ready
 
@@ -193,6 +194,66 @@ def test_two_pods_of_two_ranks_train_every_sample_once_per_epoch_through_a_train
     check_lineage(cluster, ns, "resnet-mini", job, split, runs, ring)
 
 
+def test_a_job_resized_mid_epoch_from_2_to_3_to_1_ranks_trains_every_sample_once_per_epoch(
+        cluster: Cluster, ns: str, split: dict, store, tmp_path_factory):
+    """spec.replicas 2 → 3 (kubectl scale) → 1 while the job trains. Each time every rank goes on to one position
+    of the epoch, then the Job is made again at the new size from there. The trainers checkpoint to one shared
+    volume (as elastic training does): a rank of the new size resumes its index's checkpoint, and the checkpoints of
+    every rank that ever ran together hold every sample of each epoch exactly once."""
+    import torch
+
+    folder = tmp_path_factory.mktemp("resize-checkpoints")
+    folder.chmod(0o777)  # the trainers' user writes there
+    host_directory_claim(cluster, ns, "checkpoints", folder, writable=True)
+    body = trainingjob("elastic", replicas=2, epochs=2, step_delay_s=2.0)
+    pod = body["spec"]["template"]["spec"]
+    pod["volumes"] = [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "checkpoints"}}
+                      if volume["name"] == "checkpoint" else volume for volume in pod["volumes"]]
+    create(cluster, ns, "trainingjobs", body)
+
+    def resize_to(replicas: int, how: str) -> dict:
+        before = len([e for e in events(cluster, ns, "elastic") if e.reason == "Resized"])
+        if how == "scale":
+            cluster.kubectl("scale", "trainingjob", "elastic", "-n", ns, f"--replicas={replicas}")
+        else:
+            cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "elastic",
+                                                          {"spec": {"replicas": replicas}})
+
+        def resized():
+            said = [e.message for e in events(cluster, ns, "elastic") if e.reason == "Resized"]
+            return said if len(said) > before and len(rank_pods(cluster, ns, "elastic")) == replicas else None
+        said = cluster.wait(f"elastic resized to {replicas}", resized, timeout_s=240)
+        found = re.search(r"^(\d+) → (\d+) ranks: the new ranks start at epoch (\d+) position (\d+)$",
+                          next(m for m in said if f"→ {replicas} ranks" in m))
+        assert found, said
+        return dict(zip(("from", "to", "epoch", "offset"), map(int, found.groups()), strict=True))
+
+    wait_served(cluster, ns, "elastic", 0, batches=1)
+    first = resize_to(3, "scale")
+    assert (first["from"], first["to"]) == (2, 3) and first["offset"] % 3 == 0
+    assert (first["epoch"], first["offset"]) > (0, 0), "met mid-epoch"
+    wait_served(cluster, ns, "elastic", 2, batches=1)  # the new rank trains
+    second = resize_to(1, "patch")
+    assert (second["from"], second["to"]) == (3, 1)
+    assert (second["epoch"], second["offset"]) > (first["epoch"], first["offset"])
+    job = wait_phase(cluster, ns, "elastic", "Succeeded", timeout_s=420)
+
+    train = sorted(u.tobytes().hex() for u in load_split(store, DATASET.replace("-", "_"), SPLIT).uuids("train"))
+    checkpoints = sorted(folder.glob("rank-*.pt"))
+    assert [path.name for path in checkpoints] == ["rank-0.pt", "rank-1.pt", "rank-2.pt"]
+    trained = [torch.load(path, weights_only=False)["trained"] for path in checkpoints]
+    for epoch in ("0", "1"):
+        delivered = [u for ranks in trained for u in ranks.get(epoch, [])]
+        assert sorted(delivered) == train, f"epoch {epoch}: not every sample exactly once"
+    status = job["status"]
+    assert [r["rank"] for r in status["ranks"]] == [0] and status["ranks"][0]["done"]
+    assert status["samplesDelivered"] == 2 * len(train) and not status.get("resize")
+    assert not condition(job, "Resizing")
+    reasons = [e.reason for e in events(cluster, ns, "elastic")]
+    assert reasons.count("Resizing") == 2 and reasons.count("Resized") == 2, reasons
+    assert "LineageMismatch" not in reasons and "ResizeRetried" not in reasons
+
+
 def check_lineage(cluster: Cluster, ns: str, name: str, job: dict, split: dict, runs: dict[int, dict], ring) -> None:
     """The job's lineage names what it read, and each epoch's digest is that of the order the trainers received
     the samples in (rank r of W: positions r, r + W, …), through a trainer and a sidecar restart; `ringfeed lineage
@@ -350,10 +411,10 @@ def test_a_template_that_would_reach_the_credentials_is_refused(cluster: Cluster
 
 def test_the_api_server_refuses_changes_and_bad_names(cluster: Cluster, ns: str, split: dict):
     create(cluster, ns, "trainingjobs", trainingjob("fixed", suspend=True))
-    for patch, field in (({"spec": {"replicas": 3}}, "replicas"), ({"spec": {"loader": {"batchSize": 8}}}, "loader")):
+    for patch, field in (({"spec": {"epochs": 3}}, "epochs"), ({"spec": {"loader": {"batchSize": 8}}}, "loader")):
         with pytest.raises(ApiException) as refused:
             cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "fixed", patch)
-        assert "only spec.suspend can change" in json.loads(refused.value.body)["message"], field
+        assert "only spec.suspend and spec.replicas can change" in json.loads(refused.value.body)["message"], field
     body = trainingjob("x" * 53)
     with pytest.raises(ApiException) as refused:
         create(cluster, ns, "trainingjobs", body)

@@ -64,14 +64,15 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     feed = Feed(with_uuids=True)
     trained: dict[str, list[str]] = {}
+    resumed_world = None
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         feed.load_state_dict(state["feed"])
-        trained = state["trained"]
+        trained, resumed_world = state["trained"], state["feed"]["world_size"]
         print(f"rank {rank}: resumed from {checkpoint} at epoch {feed.epoch}", flush=True)
-    elif world_size > 1:
+    if world_size > 1 and resumed_world != world_size:  # a new job, or one resized: every rank meets anew
         rendezvous(rank, world_size)
     steps, samples, loss, started = 0, 0, float("nan"), time.perf_counter()
     while feed.epoch < feed.epochs:

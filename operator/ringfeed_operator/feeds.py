@@ -30,6 +30,21 @@ def feed_status(pod: dict, pause_token: str | None = None) -> dict | None:
     return report if isinstance(report, dict) and report.get("ready") else None
 
 
+def command(pod: dict, token: str, path: str, payload: dict | None = None) -> bool:
+    """POST a control command to a Pod's sidecar (``/pause`` with a position to stop at: a resize's meeting point;
+    ``/resume``); → whether it took it."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return False
+    try:
+        request(f"http://{ip}:{SIDECAR_PORT}{path}", method="POST", headers={"Authorization": f"Bearer {token}"},
+                data=None if payload is None else json.dumps(payload).encode(), limit_bytes=STATUS_LIMIT_BYTES,
+                timeout_s=TIMEOUT_S)
+    except (OSError, ValueError, ReplyRefused):
+        return False
+    return True
+
+
 def rank_reports(pods: list[dict], pause_token: str | None = None) -> dict[int, dict]:
     """Each rank's feed report, from the sidecars of `pods` that answer."""
     return {feed["rank"]: feed for pod in pods for feed in feeds_of(feed_status(pod, pause_token))}

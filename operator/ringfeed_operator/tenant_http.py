@@ -17,7 +17,7 @@ class ReplyRefused(Exception):
 
 
 def request(url: str, *, limit_bytes: int, timeout_s: float, method: str = "GET",
-            headers: Mapping[str, str] | None = None) -> bytes:
+            headers: Mapping[str, str] | None = None, data: bytes | None = None) -> bytes:
     """The body of a 2xx reply to `url` (http only), read within `timeout_s` from the first byte sent and at most
     `limit_bytes` long; ReplyRefused or OSError otherwise."""
     parts = urllib.parse.urlsplit(url)
@@ -27,7 +27,7 @@ def request(url: str, *, limit_bytes: int, timeout_s: float, method: str = "GET"
     connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
     try:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        connection.request(method, target, headers=dict(headers or {}))
+        connection.request(method, target, body=data, headers=dict(headers or {}))
         reply = connection.getresponse()
         if not 200 <= reply.status < 300:
             raise ReplyRefused(f"{url}: HTTP {reply.status}")

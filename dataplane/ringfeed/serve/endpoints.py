@@ -1,7 +1,9 @@
 """The sidecar's HTTP port, one for the Pod's feeds: probes for the kubelet, ``/status`` for the operator (a report
 per feed, under ``feeds``), ``/metrics`` for Prometheus (a series per rank), all read-only; and the control path,
-``POST /pause`` (before a suspension) and ``POST /resume`` of every feed, which answers only a request that carries
-the TrainingJob's control token (``Authorization: Bearer``), a Secret only the operator and this container hold."""
+``POST /pause`` (before a suspension; with a body ``{"epoch": E, "offset": O}``, after handing out batches up to
+that position: the ranks of a resize meet there) and ``POST /resume`` of every feed, which answers only a request
+that carries the TrainingJob's control token (``Authorization: Bearer``), a Secret only the operator and this
+container hold."""
 
 from __future__ import annotations
 
@@ -35,9 +37,24 @@ def feed_report(server: FeedServer) -> dict:
     """One feed's part of ``/status``: its rank's position and figures."""
     report = dataclasses.asdict(server.status)
     report.update(ready=server.producer.connected.is_set(), samples_delivered=server.samples_delivered(),
-                  corrupt=server.corrupt(), missing=server.missing(), position=server.position,
+                  corrupt=server.corrupt(), missing=server.missing(), position=server.position, paused=server.holding(),
                   epoch_digests=server.epoch_digests(), uptime_s=round(time.monotonic() - report.pop("started"), 3))
     return report
+
+
+def pause_target(body: bytes) -> tuple[int, int] | None:
+    """A pause's optional body, ``{"epoch": E, "offset": O}``: the position to stop at (a resize), else None (stop
+    now); ValueError for anything else."""
+    if not body.strip():
+        return None
+    try:
+        target = json.loads(body)
+        epoch, offset = target["epoch"], target["offset"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f'a pause takes {{"epoch": E, "offset": O}} or nothing: {error}') from error
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (epoch, offset)):
+        raise ValueError("a pause's epoch and offset are whole numbers, zero or more")
+    return epoch, offset
 
 
 class Endpoints:
@@ -79,9 +96,18 @@ class Endpoints:
                 elif not endpoints.servers:
                     self._reply(503, "loading the split")
                 else:
+                    try:
+                        at = pause_target(self._body()) if path == "/pause" else None
+                    except ValueError as error:
+                        self._reply(400, str(error))
+                        return
                     for server in endpoints.servers:
-                        server.pause() if path == "/pause" else server.resume()
+                        server.pause(at) if path == "/pause" else server.resume()
                     self._reply(200, json.dumps(endpoints.status()), "application/json")
+
+            def _body(self) -> bytes:
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(min(length, 4096)) if length > 0 else b""
 
             def _reply(self, code: int, body: str, kind: str = "text/plain") -> None:
                 data = body.encode()
@@ -106,7 +132,7 @@ class Endpoints:
         servers = self.servers
         if not servers:
             return {"ready": False, "error": self.failure}
-        return {"ready": self.ready(), "paused": all(server.paused.is_set() for server in servers),
+        return {"ready": self.ready(), "paused": all(server.holding() for server in servers),
                 "feeds": [feed_report(server) for server in servers]}
 
     def close(self) -> None:

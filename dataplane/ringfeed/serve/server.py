@@ -173,6 +173,8 @@ class FeedStatus:
     """Batches the trainer asked for; ``trainer_found_ready`` of them were written and waiting."""
     trainer_found_ready: int = 0
     trainer_connected: bool = False
+    trainer_held: bool = False
+    """The trainer asks for a batch that a pause holds back: it is done with every batch it was handed."""
     done: bool = False
     error: str | None = None
     started: float = dataclasses.field(default_factory=time.monotonic)
@@ -186,6 +188,7 @@ class FeedServer:
         self.source, self.loader, self.directory, self.epochs = source, loader, directory, epochs
         self.slots = Slots(directory, loader.options.prefetch + 1)
         self.paused = threading.Event()
+        self.pause_target: tuple[int, int] | None = None  # (epoch, offset) a resize's ranks stop at
         self._handing = threading.Lock()  # held while a batch is handed out: a pause waits for it
         self.position = (self._saved_position() or self._kept_position(kept_positions) or loader.state_dict())
         self.status = FeedStatus(rank=loader.options.rank, world_size=loader.options.world_size, epochs=epochs,
@@ -225,15 +228,29 @@ class FeedServer:
             log.warning("ignoring the kept positions in %s: %s", path, error)
             return None
 
-    def pause(self) -> dict:
-        """Hand out no more batches (the TrainingJob is being suspended); → the position after the last one."""
-        self.paused.set()
+    def pause(self, at: tuple[int, int] | None = None) -> dict:
+        """Hand out no more batches (the TrainingJob is being suspended or resized); → the position after the last
+        one. ``at`` (epoch, offset): go on handing out batches until the position reaches it, then stop (the ranks
+        of a resize meet at one global position). A position already past it stays where it is."""
         with self._handing:
+            self.pause_target = at
+            if at is None:
+                self.paused.set()
+            else:
+                self.paused.clear()
             return dict(self.position)
 
     def resume(self) -> None:
         """Hand out batches again after a pause (a suspension that was called off)."""
-        self.paused.clear()
+        with self._handing:
+            self.pause_target = None
+            self.paused.clear()
+
+    def holding(self) -> bool:
+        """Whether it hands out nothing now: paused, or at (or past) the position it was told to stop at."""
+        target = self.pause_target
+        return self.paused.is_set() or (target is not None
+                                        and (self.position["epoch"], self.position["offset"]) >= tuple(target))
 
     def _save_position(self, state: dict) -> None:
         path = self.directory / STATE_FILE
@@ -354,8 +371,10 @@ class FeedServer:
     def _next(self, release: str | None) -> dict:
         while True:
             with self._handing:
-                if not self.paused.is_set():
+                if not self.holding():
+                    self.status.trainer_held = False
                     return self._hand_out(release)
+                self.status.trainer_held = True
             time.sleep(POLL_S)  # paused: the trainer waits until its Pod is stopped
 
     def _hand_out(self, release: str | None) -> dict:

@@ -76,9 +76,11 @@ class Sidecar:
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
 
-    def post(self, path: str, token: str | None = None) -> tuple[int, str]:
+    def post(self, path: str, token: str | None = None, body: dict | str | None = None) -> tuple[int, str]:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method="POST", headers=headers)
+        data = None if body is None else (body if isinstance(body, str) else json.dumps(body)).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method="POST", headers=headers,
+                                         data=data)
         try:
             with urllib.request.urlopen(request, timeout=10) as reply:
                 return reply.status, reply.read().decode()
@@ -347,6 +349,40 @@ def test_a_pause_with_the_token_holds_the_feed_and_a_resume_undoes_it(slides, si
     assert not waiting.is_alive()
     delivered += uuids_of(batches)
     assert sorted(delivered) == train_uuids(slides)
+    feed.close()
+
+
+def test_a_pause_at_a_position_hands_out_batches_up_to_it_then_holds(slides, sidecars, tmp_path):
+    """A resize's barrier: rank 0 of 2 told to stop at the global position after its 3rd batch (3 batches × 8
+    samples × 2 ranks) goes on to it from where it stands, then holds; a position it has passed stays where it is,
+    and a body that is no position is refused."""
+    (tmp_path / "token").write_text("s3cret-token")
+    sidecar = sidecars("--control-token-file", str(tmp_path / "token"), "--seed", "4", "--rank", "0",
+                       "--world-size", "2")
+    feed = Feed(sidecar.directory, with_uuids=True)
+    batches = iter(feed)
+    next(batches)
+    assert sidecar.post("/pause", "s3cret-token")[0] == 200  # frozen first, as the operator does
+    code, body = sidecar.post("/pause", "s3cret-token", {"epoch": 0, "offset": 3 * BATCH * 2})
+    assert code == 200 and json.loads(body)["paused"] is False  # not there yet: it goes on
+    next(batches), next(batches)
+    report = sidecar.report()
+    assert report["position"]["offset"] == 3 * BATCH * 2 and report["paused"] is True
+    assert json.loads(sidecar.get("/status")[1])["paused"] is True
+    assert report["trainer_held"] is False  # the trainer still has its last batch
+    waiting = threading.Thread(target=lambda: next(batches))
+    waiting.start()
+    waiting.join(timeout=2)
+    assert waiting.is_alive(), "a sidecar at its pause position handed out a batch"
+    assert sidecar.report()["trainer_held"] is True  # done with it: asking for the next one
+    code, body = sidecar.post("/pause", "s3cret-token", {"epoch": 0, "offset": BATCH * 2})  # passed: holds there
+    assert code == 200 and json.loads(body)["paused"] is True and sidecar.report()["batches_served"] == 3
+    for bad in ("{", {"epoch": 0}, {"epoch": -1, "offset": 0}, {"epoch": 0, "offset": "8"}, [1, 2]):
+        code, body = sidecar.post("/pause", "s3cret-token", bad)
+        assert code == 400 and "pause" in body, bad
+    assert sidecar.post("/resume", "s3cret-token")[0] == 200
+    waiting.join(timeout=60)
+    assert not waiting.is_alive()
     feed.close()
 
 

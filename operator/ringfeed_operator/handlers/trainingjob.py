@@ -1,5 +1,6 @@
 """TrainingJob: its ranks as an Indexed Job with the loader sidecar injected and a headless Service to rendezvous
-through, once its Split is computed; its progress from the Job and the sidecars; suspend and resume."""
+through, once its Split is computed; its progress from the Job and the sidecars; suspend and resume; a resize
+(spec.replicas changed) through one position where the ranks meet (builders/rescale.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ringfeed_operator.builders.cache import cache_spec
 from ringfeed_operator.builders.dataset import catalog_name
 from ringfeed_operator.builders.lineage import lineage_epochs, lineage_record
 from ringfeed_operator.builders.network import trainingjob_policy
+from ringfeed_operator.builders.rescale import all_at, meeting_point, resized_positions
 from ringfeed_operator.builders.ring import LABEL_RING
 from ringfeed_operator.builders.trainingjob import (
     CONTROL_KEY,
@@ -31,7 +33,7 @@ from ringfeed_operator.builders.trainingjob import (
     world_size,
 )
 from ringfeed_operator.context import Context
-from ringfeed_operator.feeds import rank_reports
+from ringfeed_operator.feeds import command, feed_status, feeds_of, rank_reports
 from ringfeed_operator.handlers.common import event, give_up
 from ringfeed_operator.isolation import dataset_secret_names, isolation_breaches, refusal, secret_references
 from ringfeed_operator.kube import JobRejected
@@ -90,7 +92,14 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     except JobRejected as error:
         give_up(patch, conditions, generation, "InvalidSpec", str(error), permanent=True)
     suspended = bool(spec.get("suspend"))
-    if created and status.get("phase") == "Suspended":
+    resize = status.get("resize")
+    if created and resize:
+        event(body, "Resized", f"{resize['from']} → {resize['to']} ranks: the new ranks start at epoch "
+                               f"{resize['epoch']} position {resize['offset']}")
+        patch.status["resize"] = None
+        conditions.remove("Resizing")
+        patch.status["conditions"] = conditions.as_list()
+    elif created and status.get("phase") == "Suspended":
         event(body, "Resumed", "ranks start again from their kept positions")
     elif created:
         memo.metrics.jobs_created.labels("trainer").inc()
@@ -105,6 +114,10 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
             # A started Job's Pod template cannot change: the Job is made again with the kept positions.
             memo.kube.delete_jobs(namespace, f"{LABEL_TRAININGJOB}={name}")
             raise kopf.TemporaryError("making the Job again with the ranks' kept positions", delay=2)
+    elif existing is not None and existing["spec"].get("completions") != spec.get("replicas", 1):
+        _resize(name, namespace, spec, status, body, existing, memo, patch, conditions, generation)
+    elif resize and existing is not None and not existing["metadata"].get("deletionTimestamp"):
+        _call_off_resize(name, namespace, body, resize, memo, patch, conditions)
     patch.status.update(jobName=name, splitVersion=computed["version"])
     if not (status.get("lineage") or {}).get("contentHash"):
         patch.status["lineage"] = lineage_record(spec, split, dataset, catalog_name(dataset_name, dataset["spec"]))
@@ -141,7 +154,8 @@ def _require_cache(dataset: dict, patch: kopf.Patch, conditions: Conditions, gen
     """access: posix reads the Dataset's cache tier: it must have one, serving on every node, and warm on every
     node when it preloads."""
     name = dataset["metadata"]["name"]
-    if cache_spec(dataset) is None:
+    tier = cache_spec(dataset)
+    if tier is None:
         give_up(patch, conditions, generation, "NoCacheTier", f"access posix reads files from the cache tier of "
                 f"Dataset {name}, which has none: add spec.cache.alluxio to it, or use access sidecar",
                 permanent=False, delay=15)
@@ -150,7 +164,7 @@ def _require_cache(dataset: dict, patch: kopf.Patch, conditions: Conditions, gen
         give_up(patch, conditions, generation, "CacheNotReady", f"waiting for the cache tier of Dataset {name} "
                 f"(workers {cache.get('workers', '?')}, FUSE mounts {cache.get('mounts', '?')} ready)",
                 permanent=False, delay=10)
-    if cache_spec(dataset).get("preload") and not (cache.get("preload") or {}).get("warm"):
+    if tier.get("preload") and not (cache.get("preload") or {}).get("warm"):
         give_up(patch, conditions, generation, "CacheNotWarm", f"waiting for the preload of Dataset {name}'s cache "
                 f"tier: {(cache.get('preload') or {}).get('nodes', '?')} node(s) warm (spec.cache.alluxio.preload)",
                 permanent=False, delay=10)
@@ -169,6 +183,110 @@ def _suspend(name: str, namespace: str, status: dict, body: dict, memo: Context,
                                                                f"{r['offset']}" for r in ranks) or "the start"))
 
 
+def _resize(name: str, namespace: str, spec: dict, status: dict, body: dict, job: dict, memo: Context,
+            patch: kopf.Patch, conditions: Conditions, generation: int) -> None:
+    """spec.replicas changed: the Job is made again at the new size, its ranks starting where the old ones stopped.
+    A running job's sidecars first go on to one position where every rank stops (the first pass pauses them where
+    they stand, then tells them where to meet); each step retries until done."""
+    selector = f"{LABEL_TRAININGJOB}={name}"
+    old, new = job["spec"]["completions"] * spec.get("ranksPerPod", 1), world_size(spec)
+    if job["metadata"].get("deletionTimestamp"):
+        raise kopf.TemporaryError("waiting for the Job of the old size to go", delay=2)
+    started = bool((job.get("status") or {}).get("startTime")) and not job["spec"].get("suspend")
+    if spec.get("access", "sidecar") == "posix" or not started:
+        # No sidecar keeps a position (posix: the trainers shard the files themselves), or no rank has run since
+        # the Job was made or suspended: made again at once, from the positions kept (all at one, or none).
+        kept = [item["position"] for item in status.get("ranks") or () if item.get("position")]
+        at = _kept_meeting_point(kept, new) if kept else (0, 0)
+        if at is None:
+            where = ", ".join(f"epoch {position['epoch']} offset {position['offset']}" for position in kept)
+            give_up(patch, conditions, generation, "ResizeRefused", f"the ranks were suspended at {where}, not one "
+                    f"position that {new} rank(s) can start from: resume the job, then change spec.replicas while "
+                    "it runs", permanent=False, delay=30)
+        if kept:
+            patch.status["ranks"] = resized_positions(kept, at, new)
+        _start_resize(body, patch, conditions, old, new, at)
+        memo.kube.delete_jobs(namespace, selector)
+        raise kopf.TemporaryError(f"making the Job again at {new} rank(s)", delay=2)
+    token = memo.kube.secret_values(namespace, control_secret_name(name), CONTROL_KEY)[0]
+    pods = [p for p in memo.kube.pods(namespace, selector) if (p.get("status") or {}).get("phase") == "Running"]
+    resize = status.get("resize") or {}
+    if resize.get("to") != new:
+        frozen = rank_reports(pods, token)  # every rank stops where it stands first
+        if sorted(frozen) != list(range(old)):
+            for pod in pods:  # not all answered: the others go on meanwhile
+                command(pod, token, "/resume")
+            raise kopf.TemporaryError(f"waiting for the sidecars of all {old} rank(s) to answer", delay=5)
+        positions = [frozen[rank]["position"] for rank in range(old)]
+        at = meeting_point(positions, new)
+        if at is None:
+            give_up(patch, conditions, generation, "ResizeRefused", "a rank delivered batches out of order (its "
+                    "position skips some): the job cannot be resized", permanent=False, delay=60)
+        for pod in pods:
+            command(pod, token, "/pause", {"epoch": at[0], "offset": at[1]})
+        _start_resize(body, patch, conditions, old, new, at)
+        raise kopf.TemporaryError(f"the ranks go on to epoch {at[0]} position {at[1]}", delay=2)
+    at = (resize["epoch"], resize["offset"])
+    reports = rank_reports(pods)
+    if any((report["epoch"], report["offset"]) > at for report in reports.values()):
+        # A sidecar that restarted meanwhile forgot where to stop and went past it: meet again, further on.
+        event(body, "ResizeRetried", f"a rank went past epoch {at[0]} position {at[1]}: the ranks meet again",
+              warning=True)
+        patch.status["resize"] = None
+        raise kopf.TemporaryError("the ranks meet again", delay=2)
+    for pod in pods:  # again for a sidecar that restarted: idempotent
+        if any(not feed.get("paused") for feed in feeds_of(feed_status(pod))):
+            command(pod, token, "/pause", {"epoch": at[0], "offset": at[1]})
+    positions = [reports[rank]["position"] for rank in range(old) if rank in reports]
+    # Met: every rank at the position, its trainer done with its last batch (asking for the next: its checkpoint,
+    # taken after a step, is at the position too).
+    if len(positions) < old or not all_at(positions, at) or not all(report.get("trainer_held") for report in
+                                                                     reports.values()):
+        behind = [f"rank {rank} at epoch {report['epoch']} offset {report['offset']}"
+                  for rank, report in sorted(reports.items())
+                  if (report["epoch"], report["offset"]) != at or not report.get("trainer_held")]
+        conditions.set("Resizing", True, "Draining", f"{old} → {new} ranks: waiting for every rank to reach epoch "
+                       f"{at[0]} position {at[1]}" + (f" ({', '.join(behind)})" if behind else ""))
+        patch.status["conditions"] = conditions.as_list()
+        raise kopf.TemporaryError("waiting for the ranks to meet", delay=2)
+    patch.status["ranks"] = resized_positions(positions, at, new)
+    conditions.set("Resizing", True, "Restarting", f"every rank stopped at epoch {at[0]} position {at[1]}: the Job "
+                   f"is made again at {new} rank(s)")
+    patch.status["conditions"] = conditions.as_list()
+    memo.kube.delete_jobs(namespace, selector)
+    raise kopf.TemporaryError(f"making the Job again at {new} rank(s)", delay=2)
+
+
+def _call_off_resize(name: str, namespace: str, body: dict, resize: dict, memo: Context, patch: kopf.Patch,
+                     conditions: Conditions) -> None:
+    """spec.replicas went back to the Job's size before it was made again: the ranks go on from where they are."""
+    token = memo.kube.secret_values(namespace, control_secret_name(name), CONTROL_KEY)[0]
+    for pod in memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}"):
+        command(pod, token, "/resume")
+    patch.status["resize"] = None
+    conditions.remove("Resizing")
+    patch.status["conditions"] = conditions.as_list()
+    event(body, "ResizeCalledOff", f"spec.replicas is back to {resize['from']} rank(s): the ranks go on")
+
+
+def _kept_meeting_point(kept: list[dict], new: int) -> tuple[int, int] | None:
+    """Suspended ranks resize only where they all stopped at one position that the new size divides (or between
+    epochs)."""
+    if not all_at(kept, (kept[0]["epoch"], kept[0]["offset"])) or any(p.get("skip") for p in kept):
+        return None
+    at = (kept[0]["epoch"], kept[0]["offset"])
+    return at if at[1] % new == 0 else None
+
+
+def _start_resize(body: dict, patch: kopf.Patch, conditions: Conditions, old: int, new: int,
+                  at: tuple[int, int]) -> None:
+    patch.status["resize"] = {"from": old, "to": new, "epoch": at[0], "offset": at[1], "startedAt": now_rfc3339()}
+    message = f"{old} → {new} ranks: every rank goes on to epoch {at[0]} position {at[1]}, then the Job is made again"
+    conditions.set("Resizing", True, "Draining", message)
+    patch.status["conditions"] = conditions.as_list()
+    event(body, "Resizing", message)
+
+
 def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
           patch: kopf.Patch, **_) -> None:
     """The Job's state and every rank's position, epoch and samples into status; an event per phase change."""
@@ -183,7 +301,8 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     ready = [p for p in live if pod_ready(p)]
     sidecars = spec.get("access", "sidecar") == "sidecar"
     reports = rank_reports(live) if sidecars else {}  # posix: the trainers read files, nothing reports
-    ranks = rank_progress(status.get("ranks") or [], reports)
+    # Ranks of the world as it is: a resize's old ranks go with their Job.
+    ranks = [item for item in rank_progress(status.get("ranks") or [], reports) if item["rank"] < world_size(spec)]
     recorded = (status.get("lineage") or {}).get("epochs") or []
     lineage, disagreed = lineage_epochs(recorded, ranks, reports, world_size(spec))
     if lineage != recorded:
