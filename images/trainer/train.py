@@ -24,6 +24,8 @@ import hashlib
 import io
 import json
 import os
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -53,6 +55,9 @@ def small_cnn() -> torch.nn.Module:
 
 
 def main() -> None:
+    # The container's first process gets no default SIGTERM handling: without this a stopped Pod's trainer would run
+    # on (and train) until killed at the end of its grace period.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if os.environ.get("RINGFEED_DATA_DIR"):
         train_on_files(Path(os.environ["RINGFEED_DATA_DIR"]))
         return

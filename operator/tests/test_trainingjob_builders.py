@@ -23,6 +23,7 @@ from ringfeed_operator.builders.trainingjob import (
     rank_job,
     rank_progress,
     rendezvous_service,
+    running_pods,
     sidecar_arguments,
     summary,
 )
@@ -243,3 +244,17 @@ def test_access_posix_mounts_the_datasets_cache_tier_read_only_and_injects_no_si
     annotations = rank_job(body, dataset, "tumour_slides", 3, SETTINGS, CACHE)["spec"]["template"]["metadata"].get(
         "annotations") or {}
     assert "prometheus.io/port" not in annotations  # nothing listens for metrics without the sidecar
+
+
+def test_only_the_running_pods_of_the_current_job_are_its_ranks():
+    def pod(name: str, uid: str, phase: str = "Running", deleting: bool = False, label: str = "batch.kubernetes.io/"
+            "controller-uid") -> dict:
+        return {"metadata": {"name": name, "labels": {label: uid},
+                             **({"deletionTimestamp": "2026-11-27T14:00:00Z"} if deleting else {})},
+                "status": {"phase": phase}}
+    job = {"metadata": {"uid": "new"}}
+    pods = [pod("a", "new"), pod("b", "new", phase="Pending"), pod("c", "old"), pod("d", "new", deleting=True),
+            pod("e", "old", deleting=True), pod("f", "new", label="controller-uid")]
+    # the old Job's Pods, terminating after a resize with their trainers alive, are never counted or commanded
+    assert [p["metadata"]["name"] for p in running_pods(pods, job)] == ["a", "f"]
+    assert running_pods(pods, None) == []

@@ -252,6 +252,20 @@ def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, mounts
 
 # -- status ------------------------------------------------------------------------------------------------------------
 
+JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")  # the Job controller's, new and old
+
+
+def running_pods(pods: list[dict], job: dict | None) -> list[dict]:
+    """The Pods of `job` that run and are not being deleted. A Job made again (a resize, a resume) leaves the old
+    one's Pods terminating for a while, their trainers alive until killed: they are not ranks of the job any more."""
+    uid = ((job or {}).get("metadata") or {}).get("uid")
+    if not uid:
+        return []
+    return [pod for pod in pods
+            if (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+            and uid in {(pod["metadata"].get("labels") or {}).get(label) for label in JOB_UID_LABELS}]
+
+
 def pod_ready(pod: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (pod.get("status") or {}).get("conditions") or ())

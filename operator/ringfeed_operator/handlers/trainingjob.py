@@ -29,6 +29,7 @@ from ringfeed_operator.builders.trainingjob import (
     rank_job,
     rank_progress,
     rendezvous_service,
+    running_pods,
     summary,
     world_size,
 )
@@ -117,7 +118,7 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     elif existing is not None and existing["spec"].get("completions") != spec.get("replicas", 1):
         _resize(name, namespace, spec, status, body, existing, memo, patch, conditions, generation)
     elif resize and existing is not None and not existing["metadata"].get("deletionTimestamp"):
-        _call_off_resize(name, namespace, body, resize, memo, patch, conditions)
+        _call_off_resize(name, namespace, body, existing, resize, memo, patch, conditions)
     patch.status.update(jobName=name, splitVersion=computed["version"])
     if not (status.get("lineage") or {}).get("contentHash"):
         patch.status["lineage"] = lineage_record(spec, split, dataset, catalog_name(dataset_name, dataset["spec"]))
@@ -209,7 +210,7 @@ def _resize(name: str, namespace: str, spec: dict, status: dict, body: dict, job
         memo.kube.delete_jobs(namespace, selector)
         raise kopf.TemporaryError(f"making the Job again at {new} rank(s)", delay=2)
     token = memo.kube.secret_values(namespace, control_secret_name(name), CONTROL_KEY)[0]
-    pods = [p for p in memo.kube.pods(namespace, selector) if (p.get("status") or {}).get("phase") == "Running"]
+    pods = running_pods(memo.kube.pods(namespace, selector), job)
     resize = status.get("resize") or {}
     if resize.get("to") != new:
         frozen = rank_reports(pods, token)  # every rank stops where it stands first
@@ -257,11 +258,11 @@ def _resize(name: str, namespace: str, spec: dict, status: dict, body: dict, job
     raise kopf.TemporaryError(f"making the Job again at {new} rank(s)", delay=2)
 
 
-def _call_off_resize(name: str, namespace: str, body: dict, resize: dict, memo: Context, patch: kopf.Patch,
-                     conditions: Conditions) -> None:
-    """spec.replicas went back to the Job's size before it was made again: the ranks go on from where they are."""
+def _call_off_resize(name: str, namespace: str, body: dict, job: dict, resize: dict, memo: Context,
+                     patch: kopf.Patch, conditions: Conditions) -> None:
+    """spec.replicas went back to the Job's size before it was made again: its ranks go on from where they are."""
     token = memo.kube.secret_values(namespace, control_secret_name(name), CONTROL_KEY)[0]
-    for pod in memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}"):
+    for pod in running_pods(memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}"), job):
         command(pod, token, "/resume")
     patch.status["resize"] = None
     conditions.remove("Resizing")
@@ -296,8 +297,7 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     if state == "missing":
         return  # deleted by hand, or not made yet: reconcile (on resume) makes it again
     replicas, epochs = spec.get("replicas", 1), spec.get("epochs", 1)
-    pods = memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}")
-    live = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    live = running_pods(memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}"), job)
     ready = [p for p in live if pod_ready(p)]
     sidecars = spec.get("access", "sidecar") == "sidecar"
     reports = rank_reports(live) if sidecars else {}  # posix: the trainers read files, nothing reports
