@@ -55,6 +55,7 @@ from kubecluster import (  # noqa: E402
     STATE,
     SYSTEM,
     Cluster,
+    container_pids,
 )
 from operator_scale import probes  # noqa: E402
 from operator_scale.kwok import SimulatedNodes  # noqa: E402
@@ -92,7 +93,7 @@ class Operator:
         self._core, self._selector = cluster.core, selector
         pod = self._pod()
         self.ip = pod.status.pod_ip
-        self.pids = probes.container_pids(pod.status.container_statuses[0].container_id.split("://")[-1])
+        self.pids = container_pids(pod.status.container_statuses[0].container_id.split("://")[-1])
 
     def _pod(self) -> client.V1Pod:
         return self._core.list_namespaced_pod(SYSTEM, label_selector=self._selector).items[0]

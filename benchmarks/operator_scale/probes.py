@@ -84,18 +84,6 @@ def handler_runs(pod_ip: str, port: int) -> dict[str, float]:
     return runs
 
 
-def container_pids(container_id: str) -> list[int]:
-    """The processes of a container of this machine's node, found by their cgroup."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and container_id in (entry / "cgroup").read_text():
-                pids.append(int(entry.name))
-        except OSError:
-            continue  # ended meanwhile
-    return pids
-
-
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU of the processes (and of their children waited for)."""
     total = 0

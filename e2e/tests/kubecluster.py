@@ -50,6 +50,18 @@ CASS_OPERATOR_CRDS = ("cassandradatacenters.cassandra.datastax.com", "cassandrat
                       "scheduledtasks.control.k8ssandra.io")
 
 
+def container_pids(container_id: str) -> list[int]:
+    """The processes of a container of this machine's node, found by their cgroup."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and container_id in (entry / "cgroup").read_text():
+                pids.append(int(entry.name))
+        except OSError:
+            continue  # ended meanwhile
+    return pids
+
+
 class Cluster:
     """The running cluster as tests see it: API clients, kubectl and helm bound to its kubeconfig, images."""
 
@@ -115,13 +127,7 @@ class Cluster:
         status = next(s for s in statuses if s.name == container)
         assert status.container_id, f"{pod}/{container} has no running container"
         container_id = status.container_id.split("://")[-1]
-        victims = []
-        for process in Path("/proc").iterdir():
-            try:
-                if process.name.isdigit() and container_id in (process / "cgroup").read_text():
-                    victims.append(int(process.name))
-            except OSError:
-                continue  # ended meanwhile
+        victims = container_pids(container_id)
         assert victims, f"no process of {pod}/{container} ({container_id[:12]}) found"
         for pid in victims:
             try:
