@@ -228,15 +228,16 @@ def _resize(name: str, namespace: str, spec: dict, status: dict, body: dict, job
         _start_resize(body, patch, conditions, old, new, at)
         raise kopf.TemporaryError(f"the ranks go on to epoch {at[0]} position {at[1]}", delay=2)
     at = (resize["epoch"], resize["offset"])
-    reports = rank_reports(pods)
+    feeds_by_pod = [(pod, feeds_of(feed_status(pod))) for pod in pods]  # one /status read per sidecar
+    reports = {feed["rank"]: feed for _, feeds in feeds_by_pod for feed in feeds}
     if any((report["epoch"], report["offset"]) > at for report in reports.values()):
         # A sidecar that restarted meanwhile forgot where to stop and went past it: meet again, further on.
         event(body, "ResizeRetried", f"a rank went past epoch {at[0]} position {at[1]}: the ranks meet again",
               warning=True)
         patch.status["resize"] = None
         raise kopf.TemporaryError("the ranks meet again", delay=2)
-    for pod in pods:  # again for a sidecar that restarted: idempotent
-        if any(not feed.get("paused") for feed in feeds_of(feed_status(pod))):
+    for pod, feeds in feeds_by_pod:  # again for a sidecar that restarted: idempotent
+        if any(not feed.get("paused") for feed in feeds):
             command(pod, token, "/pause", {"epoch": at[0], "offset": at[1]})
     positions = [reports[rank]["position"] for rank in range(old) if rank in reports]
     # Met: every rank at the position, its trainer done with its last batch (asking for the next: its checkpoint,
