@@ -185,7 +185,10 @@ PREVIOUS_RELEASE := e2e/upgrade/0.1.0
 previous-release: images ## The previous release's chart and images in the local registry (the upgrade e2e starts from it)
 	@images/build.sh previous $(PREVIOUS_RELEASE)
 
-test-e2e: deps prometheus k8s-binaries images chart previous-release ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
+kueue: images ## (the e2e's) Kueue's controller manager built from the Go module proxy, as an image in the local registry; its chart
+	@images/build.sh kueue
+
+test-e2e: deps prometheus k8s-binaries images chart previous-release kueue ## The host stays unchanged by a cluster; then e2e/tests inside the cluster's network
 	@e2e/cluster/cluster.sh down >/dev/null  # the registry that make images and make chart left running
 	$(PY) -m pytest e2e/host
 	e2e/cluster/cluster.sh run $(PY) -m pytest --durations=25 e2e/tests
@@ -233,4 +236,4 @@ capacity: | $(VENV)/.installed ## The capacity model (docs/capacity.md): sizing 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart previous-release cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale bench-operator-scale capacity clean
+.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart previous-release kueue cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale bench-operator-scale capacity clean

@@ -13,6 +13,8 @@
 #   build.sh wheels   only the wheelhouses that are the Dockerfiles' build contexts (for a Docker build elsewhere)
 #   build.sh image NAME   (development) wheels and images/NAME alone, pushed to the local registry; the next `all`
 #                     rebuilds every image
+#   build.sh kueue    (the e2e's) Kueue's controller manager from the Go module proxy (e2e/kueue), as an image in
+#                     the local registry; its record in $RINGFEED_CACHE/images/kueue.pushed, its chart in kueue-go/chart
 #   build.sh previous FOLDER   a previous release (FOLDER: e2e/upgrade/<version>: its packaged chart, its ringfeed
 #                     sdist, its client and operator wheels) in the local registry, for the upgrade e2e: its
 #                     data-plane and operator images built from them, the trainer and cache tier this build's
@@ -267,6 +269,26 @@ previous() { # folder: e2e/upgrade/<version>: chart/ringfeed-<version>.tgz; pyth
         ${ca_dir:+--ca-file "$ca_dir/ca.crt"}
 }
 
+kueue() { # Kueue for the e2e's admission test: not Ringfeed's, so neither in cluster_images nor in the chart
+    local registry via auth_file ca_dir options=(--quiet) release image id record=$cache/kueue.pushed
+    release=$(sed -n 's#^require sigs.k8s.io/kueue \(v.*\)$#\1#p' "$repo/e2e/kueue/gomod/go.mod")
+    image=localhost/kueue/kueue:$release
+    setup_buildah
+    build_once kueue-go "$repo/e2e/kueue/build-go.sh" "$repo"/e2e/kueue/gomod/go.{mod,sum}
+    [[ $(cat "$cache/kueue-image.key" 2>/dev/null) == "$(cat "$cache/kueue-go.key")" ]] && has_image "$image" || {
+        timed kueue static_image "$image" "$cache/kueue-go/kueue" /manager
+        cp "$cache/kueue-go.key" "$cache/kueue-image.key"
+    }
+    use_registry local
+    [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
+    [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
+    id=$(buildah inspect --type image --format '{{.FromImageID}}' "$image")
+    [[ $(cut -d' ' -f1 "$record" 2>/dev/null) == "$id" && $(cut -d' ' -f3 "$record") == "$registry/"* ]] && return 0
+    "${via[@]}" buildah push "${options[@]}" --digestfile "$record.digest" "$image" "docker://$registry/kueue/kueue:$release"
+    echo "$id $(cat "$record.digest") $registry/kueue/kueue:$release" >"$record" && rm "$record.digest"
+    echo "images: pushed $registry/kueue/kueue:$release"
+}
+
 archives() { # every image as an OCI archive (for `kind load image-archive`), rewritten when the image changed
     setup_buildah
     local image
@@ -325,7 +347,8 @@ case "${1:-}" in
     push) setup_buildah; push_images "${2:-local}" ;;
     chart) chart "${2:-local}" ;;
     previous) timed "previous release" previous "${2:?usage: build.sh previous FOLDER}" ;;
+    kueue) kueue ;;
     archives) archives ;;
     wheels) build_wheels ;;
-    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

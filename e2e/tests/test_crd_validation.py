@@ -406,6 +406,8 @@ BAD = [
     ("TrainingJob", "trainer-claim-without-name",
      {"spec.template.spec.containers.0.resources": {"claims": [{"request": "gpu"}]}},
      "spec.template.spec.containers[0].resources.claims[0].name: Required value"),
+    ("TrainingJob", "queue-name-not-a-label-value", {"spec.queueName": "GPU queue"}, "spec.queueName in body should "
+     "match"),
     # Ring
     ("Ring", "name-too-long", {"metadata.name": "r" * 19}, "metadata.name: a Ring's name is its Cassandra cluster's"),
     ("Ring", "name-starts-with-digit", {"metadata.name": "1images"},

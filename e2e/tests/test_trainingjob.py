@@ -25,7 +25,7 @@ from probes import attempts_from, check_isolated
 from ringfeed.splits import load_split
 
 from conftest import CUDA_CLAIM, host_directory_claim
-from kubecluster import GROUP, VERSION, Cluster
+from kubecluster import CACHE, GROUP, REPO, VERSION, Cluster
 from test_operator import condition, create, dataset_manifest, events, get, wait_ready
 
 DATASET, SPLIT = "tj-slides", "tj-by-patient"
@@ -411,7 +411,8 @@ def test_a_template_that_would_reach_the_credentials_is_refused(cluster: Cluster
 
 def test_the_api_server_refuses_changes_and_bad_names(cluster: Cluster, ns: str, split: dict):
     create(cluster, ns, "trainingjobs", trainingjob("fixed", suspend=True))
-    for patch, field in (({"spec": {"epochs": 3}}, "epochs"), ({"spec": {"loader": {"batchSize": 8}}}, "loader")):
+    for patch, field in (({"spec": {"epochs": 3}}, "epochs"), ({"spec": {"loader": {"batchSize": 8}}}, "loader"),
+                         ({"spec": {"queueName": "gpu"}}, "queueName")):
         with pytest.raises(ApiException) as refused:
             cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", "fixed", patch)
         assert "only spec.suspend and spec.replicas can change" in json.loads(refused.value.body)["message"], field
@@ -460,3 +461,107 @@ def test_suspend_stops_the_ranks_and_resume_continues_from_their_positions(clust
     done = wait_phase(cluster, ns, "pausable", "Succeeded", timeout_s=300)
     assert done["status"]["samplesDelivered"] == split["status"]["parts"][0]["samples"]
     assert {"Suspended", "Resumed"} <= {e.reason for e in events(cluster, ns, "pausable")}
+
+
+KUEUE, KUEUE_API = "kueue-system", ("kueue.x-k8s.io", "v1beta1")
+QUEUE, CLUSTER_QUEUE, FLAVOR = "tj-queue", "e2e-trainers", "e2e-default"
+
+
+@pytest.fixture
+def kueue(cluster: Cluster, ns: str):
+    """Kueue from its own chart, the release `make kueue` built from the Go module proxy (e2e/kueue), watching Jobs
+    only. After the test: the queues first (Kueue lifts their finalizers), then Kueue with its CRDs and webhooks."""
+    _, digest, reference = (CACHE / "images" / "kueue.pushed").read_text().split()
+    repository, tag = reference.rsplit(":", 1)
+    cluster.kubectl("create", "namespace", KUEUE)
+    cluster.allow_pulls(KUEUE)
+    try:
+        cluster.helm("install", "kueue", str(CACHE / "images" / "kueue-go" / "chart"), "-n", KUEUE,
+                     "-f", str(REPO / "e2e" / "kueue" / "values.yaml"),
+                     "--set", f"controllerManager.manager.image.repository={repository}",
+                     "--set", f"controllerManager.manager.image.tag={tag}@{digest}",
+                     "--wait", "--timeout", "180s", timeout=240)
+        yield
+    finally:
+        cluster.kubectl("delete", "localqueue", QUEUE, "-n", ns, "--ignore-not-found", "--wait=true", check=False)
+        cluster.kubectl("delete", "clusterqueue", CLUSTER_QUEUE, "--ignore-not-found", "--wait=true", check=False)
+        cluster.kubectl("delete", "resourceflavor", FLAVOR, "--ignore-not-found", "--wait=true", check=False)
+        cluster.helm("uninstall", "kueue", "-n", KUEUE, "--wait", check=False, timeout=180)
+        cluster.kubectl("delete", "namespace", KUEUE, "--wait=true", check=False, timeout=180)
+
+
+def cpu_millis(pod) -> int:
+    """CPU requested by a Pod spec's containers and (restartable) init containers, in millicores."""
+    total = 0
+    for container in [*pod.containers, *(pod.init_containers or [])]:
+        quantity = ((container.resources and container.resources.requests) or {}).get("cpu", "0")
+        total += int(quantity[:-1]) if quantity.endswith("m") else round(float(quantity) * 1000)
+    return total
+
+
+def make_queues(cluster: Cluster, ns: str, cpu: int) -> None:
+    """A ResourceFlavor, a ClusterQueue with `cpu` millicores (and memory enough) for every namespace, and the
+    LocalQueue of `ns` that points at it."""
+    group, version = KUEUE_API
+    cluster.custom.create_cluster_custom_object(group, version, "resourceflavors", {
+        "apiVersion": f"{group}/{version}", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}})
+    cluster.custom.create_cluster_custom_object(group, version, "clusterqueues", {
+        "apiVersion": f"{group}/{version}", "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": ["cpu", "memory"],
+            "flavors": [{"name": FLAVOR, "resources": [{"name": "cpu", "nominalQuota": f"{cpu}m"},
+                                                       {"name": "memory", "nominalQuota": "64Gi"}]}]}]}})
+    cluster.custom.create_namespaced_custom_object(group, version, ns, "localqueues", {
+        "apiVersion": f"{group}/{version}", "kind": "LocalQueue", "metadata": {"name": QUEUE},
+        "spec": {"clusterQueue": CLUSTER_QUEUE}})
+
+
+def wait_queued(cluster: Cluster, ns: str, name: str, saying: str = "") -> dict:
+    """The TrainingJob once it is Pending with Admitted False, the condition's message containing `saying`."""
+    def queued():
+        obj = get(cluster, ns, "trainingjobs", name)
+        admitted = condition(obj, "Admitted")
+        return obj if ((obj.get("status") or {}).get("phase") == "Pending" and admitted.get("status") == "False"
+                       and saying in admitted.get("message", "")) else None
+    return cluster.wait(f"{name} waiting in {QUEUE} ({saying or 'any reason'})", queued, timeout_s=120)
+
+
+def test_queued_jobs_wait_for_kueue_and_the_second_runs_when_the_first_ends(cluster: Cluster, ns: str, split: dict,
+                                                                            kueue):
+    first, second = "queued-first", "queued-second"
+    samples = split["status"]["parts"][0]["samples"]
+    create(cluster, ns, "trainingjobs", trainingjob(first, replicas=1, epochs=1, step_delay_s=3.0, queueName=QUEUE))
+    # No LocalQueue yet: the Job is made suspended and labelled for Kueue, and waits; the condition says where.
+    waiting = wait_queued(cluster, ns, first)
+    assert QUEUE in condition(waiting, "Admitted")["message"]
+    job = cluster.batch.read_namespaced_job(first, ns)
+    assert job.spec.suspend is True and job.metadata.labels["kueue.x-k8s.io/queue-name"] == QUEUE
+    assert not rank_pods(cluster, ns, first)
+
+    # Quota for one and a half such jobs: the first is admitted, the second waits for it to end.
+    make_queues(cluster, ns, cpu_millis(job.spec.template.spec) * 3 // 2)
+    wait_phase(cluster, ns, first, "Running", timeout_s=180)
+    assert condition(get(cluster, ns, "trainingjobs", first), "Admitted")["reason"] == "Admitted"
+    create(cluster, ns, "trainingjobs", trainingjob(second, replicas=1, epochs=1, queueName=QUEUE))
+    blocked = wait_queued(cluster, ns, second, saying="insufficient")
+    assert condition(blocked, "Admitted")["reason"] == "Queued" and not rank_pods(cluster, ns, second)
+
+    # Suspended, a queued job leaves the queue (its Job, Workload and place go); resumed, it queues again.
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", second,
+                                                  {"spec": {"suspend": True}})
+    wait_phase(cluster, ns, second, "Suspended", timeout_s=60)
+    cluster.wait(f"{second}'s Job gone", lambda: not cluster.batch.list_namespaced_job(
+        ns, label_selector=f"ringfeed.io/trainingjob={second}").items, timeout_s=60)
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", second,
+                                                  {"spec": {"suspend": False}})
+    if get(cluster, ns, "trainingjobs", first)["status"]["phase"] == "Running":
+        wait_queued(cluster, ns, second, saying="insufficient")
+
+    done = wait_phase(cluster, ns, first, "Succeeded", timeout_s=300)
+    assert done["status"]["samplesDelivered"] == samples
+    done = wait_phase(cluster, ns, second, "Succeeded", timeout_s=300)
+    assert done["status"]["samplesDelivered"] == samples
+    for name in (first, second):
+        reasons = {e.reason for e in events(cluster, ns, name)}
+        assert {"Queued", "Admitted"} <= reasons, (name, reasons)
+    cluster.kubectl("delete", "trainingjobs", first, second, "-n", ns, "--wait=true", timeout=150)

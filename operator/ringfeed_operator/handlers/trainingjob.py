@@ -10,11 +10,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from ringfeed_operator.builders.cache import cache_spec
 from ringfeed_operator.builders.dataset import catalog_name
 from ringfeed_operator.builders.lineage import lineage_epochs, lineage_record
 from ringfeed_operator.builders.network import trainingjob_policy
+from ringfeed_operator.builders.queue import JOB_UID_LABEL, WORKLOADS, admission, queue_name
 from ringfeed_operator.builders.rescale import all_at, meeting_point, resized_positions
 from ringfeed_operator.builders.ring import LABEL_RING
 from ringfeed_operator.builders.trainingjob import (
@@ -88,11 +90,13 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     memo.kube.ensure_service(namespace, rendezvous_service(body))
     if spec.get("access", "sidecar") == "sidecar":
         memo.kube.ensure_secret(namespace, control_secret(body, secrets.token_urlsafe(32)))
+    suspended, queued = bool(spec.get("suspend")), queue_name(spec) is not None
     try:
-        existing, created = memo.kube.ensure_job(namespace, job)
+        # A suspended queued job has no Job: it leaves the queue (builders.queue).
+        existing, created = ((memo.kube.read_job(namespace, name), False) if queued and suspended
+                             else memo.kube.ensure_job(namespace, job))
     except JobRejected as error:
         give_up(patch, conditions, generation, "InvalidSpec", str(error), permanent=True)
-    suspended = bool(spec.get("suspend"))
     resize = status.get("resize")
     if created and resize:
         event(body, "Resized", f"{resize['from']} → {resize['to']} ranks: the new ranks start at epoch "
@@ -106,6 +110,11 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         memo.metrics.jobs_created.labels("trainer").inc()
         event(body, "Started", f"Job {name}: {world_size(spec)} rank(s) in {spec.get('replicas', 1)} Pod(s) on Split "
               f"{split_name} part {part} (version {computed['version']}), {spec.get('epochs', 1)} epoch(s)")
+    elif queued and suspended:
+        if existing is not None and not existing["metadata"].get("deletionTimestamp"):
+            _suspend(name, namespace, status, body, memo, patch)
+    elif queued and existing is not None and existing["spec"].get("suspend"):
+        pass  # Kueue's to un-suspend, when it admits the Job
     elif existing is not None and bool(existing["spec"].get("suspend")) != suspended:
         if suspended:
             _suspend(name, namespace, status, body, memo, patch)
@@ -179,7 +188,11 @@ def _suspend(name: str, namespace: str, status: dict, body: dict, memo: Context,
     reports = rank_reports(pods, token) if token else {}
     ranks = rank_progress(status.get("ranks") or [], reports)
     patch.status["ranks"] = ranks
-    memo.kube.patch_job(namespace, name, {"spec": {"suspend": True}})
+    if queue_name(body["spec"]):
+        memo.kube.delete_jobs(namespace, f"{LABEL_TRAININGJOB}={name}")  # its Workload and quota go with it
+        patch.status["phase"] = "Suspended"
+    else:
+        memo.kube.patch_job(namespace, name, {"spec": {"suspend": True}})
     event(body, "Suspended", "ranks stopped at " + (", ".join(f"rank {r['rank']} epoch {r['epoch']} offset "
                                                                f"{r['offset']}" for r in ranks) or "the start"))
 
@@ -314,7 +327,12 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     figures = summary(ranks, world_size(spec), epochs)
     now = now_rfc3339()
     rate = _rate(status, figures["samplesDelivered"], now)
-    current = phase(state, bool((job or {}).get("spec", {}).get("suspend")), len(live))
+    held = bool((job or {}).get("spec", {}).get("suspend"))
+    queue = queue_name(spec)
+    if queue is not None and job is not None and state == "running":
+        _admission(body, namespace, queue, job, conditions, memo)
+    # A queued Job is suspended by Kueue only: it waits for admission.
+    current = phase(state, held and queue is None, len(live))
     if current != status.get("phase"):
         _phase_changed(body, namespace, job, current, memo, conditions, patch, now)
     conditions.set("Running", current == "Running", current)
@@ -326,6 +344,21 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
                         observedAt=now, conditions=conditions.as_list(), **figures)
     if current == "Running" and not status.get("startTime"):
         patch.status["startTime"] = now
+
+
+def _admission(body: dict, namespace: str, queue: str, job: dict, conditions: Conditions, memo: Context) -> None:
+    """The Admitted condition from Kueue's Workload of the Job; an event when it changes."""
+    workloads: list[dict] | None = None
+    if job["spec"].get("suspend"):
+        try:
+            workloads = memo.kube.list_custom(WORKLOADS, namespace, f"{JOB_UID_LABEL}={job['metadata']['uid']}")
+        except ApiException as error:
+            if error.status != 404:
+                raise
+    admitted, reason, message = admission(queue, job, workloads)
+    if conditions.reason("Admitted") != reason:
+        event(body, "Admitted" if admitted else "Queued", message, warning=reason == "KueueNotInstalled")
+    conditions.set("Admitted", admitted, reason, message)
 
 
 def _rate(status: dict, samples: int, now: str) -> int:
