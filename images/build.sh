@@ -271,7 +271,7 @@ previous() { # folder: e2e/upgrade/<version>: chart/ringfeed-<version>.tgz; pyth
 
 kueue() { # Kueue for the e2e's admission test: not Ringfeed's, so neither in cluster_images nor in the chart
     local registry via auth_file ca_dir options=(--quiet) release image id record=$cache/kueue.pushed
-    release=$(sed -n 's#^require sigs.k8s.io/kueue \(v.*\)$#\1#p' "$repo/e2e/kueue/gomod/go.mod")
+    release=$(sed -n -E 's#^(require )?[[:space:]]*sigs\.k8s\.io/kueue (v[^ ]+)( //.*)?$#\2#p' "$repo/e2e/kueue/gomod/go.mod")
     image=localhost/kueue/kueue:$release
     setup_buildah
     build_once kueue-go "$repo/e2e/kueue/build-go.sh" "$repo"/e2e/kueue/gomod/go.{mod,sum}

@@ -79,12 +79,14 @@ def platform(cluster: Cluster):
         cluster.helm("uninstall", "ringfeed", "-n", SYSTEM, "--no-hooks", "--wait", check=False, timeout=180)
         cluster.kubectl("delete", "-f", str(manifest), "--ignore-not-found", "--wait=true", check=False, timeout=180)
         cluster.kubectl("delete", "crd", *CRDS, *CASS_OPERATOR_CRDS, "--ignore-not-found", check=False, timeout=120)
-        for namespace in (NAMESPACE, CASS_OPERATOR, SYSTEM):
-            cluster.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=true", "--timeout=150s",
-                            check=False, timeout=180)
+        deleted = {namespace: cluster.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=true",
+                                              "--timeout=150s", check=False, timeout=180)
+                   for namespace in (NAMESPACE, CASS_OPERATOR, SYSTEM)}
         cluster.kubectl("delete", "persistentvolume", "quickstart-0", "--ignore-not-found", check=False)
         storage.delete_storage_class(STORAGE_CLASS)
         shutil.rmtree(folder, ignore_errors=True)
+        # Nothing the operator made is left with a finalizer that would hold the README's namespace.
+        assert deleted[NAMESPACE].returncode == 0, deleted[NAMESPACE].stderr
 
 
 def test_the_readme_quickstart_runs_as_written(cluster: Cluster, platform):

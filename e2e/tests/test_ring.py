@@ -696,6 +696,10 @@ def test_a_retained_rings_volumes_outlive_it_and_the_same_ring_created_again_fin
     for plural, name in (("splits", SPLIT), ("datasets", DATASET), ("rings", RING)):
         cluster.kubectl("delete", plural, name, "-n", ns, "--wait=true", "--timeout=240s", timeout=270)
     assert get(cluster, ns, "rings", RING) is None
+    # Its Secrets (credentials, certificates) go once their finalizer is lifted: none is left terminating, which
+    # would hold the namespace's deletion for ever.
+    cluster.wait("the Ring's Secrets gone", lambda: not cluster.core.list_namespaced_secret(
+        ns, label_selector=f"ringfeed.io/ring={RING}").items, timeout_s=60)
     claims = cluster.core.list_namespaced_persistent_volume_claim(
         ns, label_selector=f"cassandra.datastax.com/cluster={RING}").items
     assert claims and all(claim.status.phase == "Bound" for claim in claims), "the nodes' volumes are kept"

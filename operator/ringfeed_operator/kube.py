@@ -195,10 +195,13 @@ class Kube:
             raise
         meta = cast(kubernetes.client.V1ObjectMeta, secret.metadata)
         if finalizer in (meta.finalizers or ()):
-            # The resourceVersion makes a concurrent change of the list fail (409) rather than be overwritten.
+            # A JSON patch: a strategic merge patch merges a Secret's finalizers list (patchStrategy merge), so the
+            # finalizer stayed and the Secret, and its namespace, never went. The test makes a concurrent change of
+            # the list fail (422) rather than be overwritten.
             kept = [f for f in meta.finalizers or () if f != finalizer]
-            self._core.patch_namespaced_secret(name, namespace, {"metadata": {
-                "finalizers": kept, "resourceVersion": meta.resource_version}})
+            self._core.patch_namespaced_secret(name, namespace, [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": meta.resource_version},
+                {"op": "replace", "path": "/metadata/finalizers", "value": kept}])
 
     def read_custom(self, group_version_plural: tuple[str, str, str], namespace: str, name: str) -> dict | None:
         """An object of another operator's API (a CassandraDatacenter), or None."""
