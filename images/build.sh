@@ -15,6 +15,7 @@
 #                     rebuilds every image
 #   build.sh kueue    (the e2e's) Kueue's controller manager from the Go module proxy (e2e/kueue), as an image in
 #                     the local registry; its record in $RINGFEED_CACHE/images/kueue.pushed, its chart in kueue-go/chart
+#   build.sh kueue-image   the same image, not pushed
 #   build.sh previous FOLDER   a previous release (FOLDER: e2e/upgrade/<version>: its packaged chart, its ringfeed
 #                     sdist, its client and operator wheels) in the local registry, for the upgrade e2e: its
 #                     data-plane and operator images built from them, the trainer and cache tier this build's
@@ -269,24 +270,30 @@ previous() { # folder: e2e/upgrade/<version>: chart/ringfeed-<version>.tgz; pyth
         ${ca_dir:+--ca-file "$ca_dir/ca.crt"}
 }
 
-kueue() { # Kueue for the e2e's admission test: not Ringfeed's, so neither in cluster_images nor in the chart
-    local registry via auth_file ca_dir options=(--quiet) release image id record=$cache/kueue.pushed
+kueue_image() { # Kueue for the e2e's admission test (not Ringfeed's: neither in cluster_images nor in the chart),
+    # built again only when e2e/kueue changes; one build at a time (the e2e starts one in the background)
+    local release
     release=$(sed -n -E 's#^(require )?[[:space:]]*sigs\.k8s\.io/kueue (v[^ ]+)( //.*)?$#\2#p' "$repo/e2e/kueue/gomod/go.mod")
-    image=localhost/kueue/kueue:$release
+    kueue=localhost/kueue/kueue:$release
     setup_buildah
+    exec 9>"$cache/kueue.lock" && flock 9
     build_once kueue-go "$repo/e2e/kueue/build-go.sh" "$repo"/e2e/kueue/gomod/go.{mod,sum}
-    [[ $(cat "$cache/kueue-image.key" 2>/dev/null) == "$(cat "$cache/kueue-go.key")" ]] && has_image "$image" || {
-        timed kueue static_image "$image" "$cache/kueue-go/kueue" /manager
+    if [[ $(cat "$cache/kueue-image.key" 2>/dev/null) != "$(cat "$cache/kueue-go.key")" ]] || ! has_image "$kueue"; then
+        timed kueue static_image "$kueue" "$cache/kueue-go/kueue" /manager
         cp "$cache/kueue-go.key" "$cache/kueue-image.key"
-    }
+    fi
+}
+
+kueue_push() { # the image of kueue_image into the local registry (blobs it holds are not sent again); its record
+    # (id, digest, reference) in $cache/kueue.pushed
+    local registry via auth_file ca_dir options=(--quiet) record=$cache/kueue.pushed
     use_registry local
     [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
     [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
-    id=$(buildah inspect --type image --format '{{.FromImageID}}' "$image")
-    [[ $(cut -d' ' -f1 "$record" 2>/dev/null) == "$id" && $(cut -d' ' -f3 "$record") == "$registry/"* ]] && return 0
-    "${via[@]}" buildah push "${options[@]}" --digestfile "$record.digest" "$image" "docker://$registry/kueue/kueue:$release"
-    echo "$id $(cat "$record.digest") $registry/kueue/kueue:$release" >"$record" && rm "$record.digest"
-    echo "images: pushed $registry/kueue/kueue:$release"
+    "${via[@]}" buildah push "${options[@]}" --digestfile "$record.digest" "$kueue" "docker://$registry/${kueue#localhost/}"
+    echo "$(buildah inspect --type image --format '{{.FromImageID}}' "$kueue") $(cat "$record.digest")" \
+        "$registry/${kueue#localhost/}" >"$record" && rm "$record.digest"
+    echo "images: pushed $registry/${kueue#localhost/}"
 }
 
 archives() { # every image as an OCI archive (for `kind load image-archive`), rewritten when the image changed
@@ -347,8 +354,9 @@ case "${1:-}" in
     push) setup_buildah; push_images "${2:-local}" ;;
     chart) chart "${2:-local}" ;;
     previous) timed "previous release" previous "${2:?usage: build.sh previous FOLDER}" ;;
-    kueue) kueue ;;
+    kueue-image) kueue_image ;;
+    kueue) kueue_image && kueue_push ;;
     archives) archives ;;
     wheels) build_wheels ;;
-    *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

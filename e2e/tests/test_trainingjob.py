@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from probes import attempts_from, check_isolated
 from ringfeed.splits import load_split
 
 from conftest import CUDA_CLAIM, host_directory_claim
-from kubecluster import CACHE, GROUP, REPO, VERSION, Cluster
+from kubecluster import CACHE, GROUP, REPO, STATE, VERSION, Cluster
 from test_operator import condition, create, dataset_manifest, events, get, wait_ready
 
 DATASET, SPLIT = "tj-slides", "tj-by-patient"
@@ -469,8 +470,12 @@ QUEUE, CLUSTER_QUEUE, FLAVOR = "tj-queue", "e2e-trainers", "e2e-default"
 
 @pytest.fixture
 def kueue(cluster: Cluster, ns: str):
-    """Kueue from its own chart, the release `make kueue` built from the Go module proxy (e2e/kueue), watching Jobs
-    only. After the test: the queues first (Kueue lifts their finalizers), then Kueue with its CRDs and webhooks."""
+    """Kueue from its own chart, the release e2e/kueue pins, built from the Go module proxy (`make test-e2e` starts
+    that build in the background; this waits for it) and pushed to the cluster's registry; watching Jobs only.
+    After the test: the queues first (Kueue lifts their finalizers), then Kueue with its CRDs and webhooks."""
+    built = subprocess.run([str(REPO / "images" / "build.sh"), "kueue"], capture_output=True, text=True, timeout=1800,
+                           env=dict(os.environ, RINGFEED_CACHE=str(CACHE), RINGFEED_CLUSTER_DIR=str(STATE)))
+    assert built.returncode == 0, f"images/build.sh kueue failed:\n{built.stdout}\n{built.stderr}"
     _, digest, reference = (CACHE / "images" / "kueue.pushed").read_text().split()
     repository, tag = reference.rsplit(":", 1)
     cluster.kubectl("create", "namespace", KUEUE)
@@ -487,7 +492,7 @@ def kueue(cluster: Cluster, ns: str):
         cluster.kubectl("delete", "clusterqueue", CLUSTER_QUEUE, "--ignore-not-found", "--wait=true", check=False)
         cluster.kubectl("delete", "resourceflavor", FLAVOR, "--ignore-not-found", "--wait=true", check=False)
         cluster.helm("uninstall", "kueue", "-n", KUEUE, "--wait", check=False, timeout=180)
-        cluster.kubectl("delete", "namespace", KUEUE, "--wait=true", check=False, timeout=180)
+        cluster.kubectl("delete", "namespace", KUEUE, "--wait=false", check=False)
 
 
 def cpu_millis(pod) -> int:
