@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What `make deps` (so `make demo` and `make test`) needs, checked before any build starts: each tool that is missing
-# or too old is named once, on one line of its own, with where to get it; exit 1 if any is.
+# or too old is named once, on one line of its own, with where to get it; exit 1 if any is. A tool the build can do
+# without, more slowly, is named in a warning (exit 0).
 #
 # The least versions are the builds' own (dataplane/tests/unit/test_require_tools.py checks each against its source):
 PYTHON_MIN=3.11  # requires-python of client/, dataplane/, operator/; the venv is made with $PYTHON (python3.11)
@@ -47,6 +48,9 @@ found=$(has go && GOTOOLCHAIN=local go version 2>/dev/null | sed -n 's/^go versi
 check Go "$GO_MIN" "$found" "install Go $GO_MIN or newer (https://go.dev/dl) — it builds the local cluster's binaries and the ring's images"
 
 has gcc || fail "gcc is required: apt-get install build-essential — it builds the local node's pause program"
+has cmake || fail "cmake is required: apt-get install cmake — it builds libjpeg-turbo into the native decoder"
+has nasm || echo "warning: nasm is missing: apt-get install nasm — without it libjpeg-turbo is built without SIMD and \
+the fused random-crop decode is ~15 % slower (docs/benchmarks.md#make-bench-decode)" >&2
 has openssl || fail "openssl is required: apt-get install openssl — it makes the certificates of the local ring and cluster"
 if ! has pkg-config; then
     fail "pkg-config is required: apt-get install pkg-config — it finds OpenSSL for the native build"

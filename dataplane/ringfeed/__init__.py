@@ -4,7 +4,7 @@ from ringfeed.connection import ClusterAddress
 from ringfeed.errors import DatasetNotFound, RingfeedError
 from ringfeed.ids import sample_uuid
 from ringfeed.ingest import IngestOptions, IngestSummary, ingest
-from ringfeed.loader import Decode, Loader, LoaderOptions
+from ringfeed.loader import Decode, Loader, LoaderOptions, RandomResizedCrop
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec, StoredSplit, create_split, load_split
 from ringfeed.store import DatasetInfo, Store
@@ -21,6 +21,7 @@ __all__ = [
     "IngestSummary",
     "Loader",
     "LoaderOptions",
+    "RandomResizedCrop",
     "RingfeedError",
     "SplitSpec",
     "Store",

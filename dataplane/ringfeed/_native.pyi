@@ -3,6 +3,7 @@
 Network waits release the GIL and wake every 100 ms so that Ctrl-C (KeyboardInterrupt) ends them.
 """
 
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, TypedDict
 
@@ -149,6 +150,8 @@ class Session:
         sample_bytes: int = 0,
         memory_bytes: int = 134_217_728,
         metrics: LoaderMetrics | None = None,
+        random_crop: RandomCropRanges | None = None,
+        seed: int = 0,
     ) -> Fetcher:
         """A batch reader of ``keyspace.table`` (``uuid`` → ``label``, ``data``), prepared here (GIL released).
 
@@ -158,7 +161,8 @@ class Session:
         ``sample_bytes`` (0: unknown, 64 kB assumed).
         ``image_size=(height, width)`` decodes JPEG/PNG to uint8 (height, width, channels) on the session's decoder
         threads (``decode_threads`` of them, started by its first image fetcher), resized bilinearly (with ``crop``,
-        centre-cropped to the aspect ratio first);
+        centre-cropped to the aspect ratio first); with ``random_crop`` a RandomResizedCrop and flip per sample,
+        drawn from (``seed``, the epoch given to ``submit``, the sample's UUID), fused into the JPEG decode;
         ``raw_item_bytes`` expects fixed-size raw tensors; neither keeps the stored bytes.
         ``concurrency`` bounds the requests in flight across all of the fetcher's batches. Below it, the bytes in
         flight follow an adaptive window (from 16 MiB, never below it nor above ``memory_bytes / 2``): it grows
@@ -205,8 +209,9 @@ class FetchedBatch:
 class Fetcher:
     """Reads batches of samples by UUID with many requests in flight; decodes without the GIL."""
 
-    def submit(self, ticket: int, uuids: bytes) -> None:
-        """Starts reading the samples whose UUIDs are ``uuids`` (16 bytes each); returns at once."""
+    def submit(self, ticket: int, uuids: bytes, epoch: int = 0) -> None:
+        """Starts reading the samples whose UUIDs are ``uuids`` (16 bytes each) of ``epoch`` (which draws random
+        crops with the seed and each UUID); returns at once."""
 
     def close(self) -> None:
         """Stops reading through this fetcher: batches in flight are abandoned, later calls raise RuntimeError. The
@@ -237,8 +242,20 @@ class Fetcher:
         """Batch buffers allocated (or grown) since this fetcher was made, because no released one was free and
         large enough; the others were reused."""
 
-def decode_image(encoded: bytes, height: int, width: int, channels: int = 3, crop: bool = True) -> Buffer:
-    """The loader's decoder on one JPEG/PNG: uint8 (height, width, channels). Raises ValueError if it cannot."""
+# ((scale min, max), (ratio min, max), flip probability): a RandomResizedCrop and flip as the native decoder takes it.
+RandomCropRanges = tuple[tuple[float, float], tuple[float, float], float]
+
+def decode_image(encoded: bytes, height: int, width: int, channels: int = 3, crop: bool = True,
+                 random_crop: RandomCropRanges | None = None, seed: int = 0, epoch: int = 0,
+                 sample: uuid.UUID | None = None, fused: bool = True) -> Buffer:
+    """The loader's decoder on one JPEG/PNG: uint8 (height, width, channels). Raises ValueError if it cannot.
+
+    With ``random_crop``, the crop the loader draws for ``sample`` in ``epoch`` of a run with ``seed``;
+    ``fused=False`` decodes the whole image then crops, whatever the format (the reference of the fused decode)."""
+
+def random_crop_box(width: int, height: int, random_crop: RandomCropRanges, seed: int, epoch: int,
+                    sample: uuid.UUID) -> tuple[int, int, int, int, bool]:
+    """The crop ``decode_image`` draws from a width × height image: (left, top, crop width, crop height, flipped)."""
 
 class BulkWriter:
     """Writes rows of prepared (idempotent) INSERTs concurrently.

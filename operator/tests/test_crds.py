@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ringfeed.loader import RandomResizedCrop
 from ringfeed.schema import CATALOG_KEYSPACE, CQL_RESERVED
+from ringfeed_operator.builders.trainingjob import RANDOM_CROP_DEFAULTS
 from ringfeed_operator.config import quantity
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
@@ -75,3 +77,18 @@ def test_the_operators_quantity_reader_takes_what_the_apiservers_pattern_takes(t
     except ValueError:
         read = False
     assert read == bool(QUANTITY.match(text)), text
+
+
+def test_the_random_crop_defaults_are_the_builders_and_torchvisions():
+    """The CRD's defaults of spec.loader.decode.randomCrop are those the builder fills in when the field is absent,
+    and torchvision's RandomResizedCrop and RandomHorizontalFlip (ratio 4/3 to the thousandth)."""
+    loader = crd("trainingjobs")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"]["loader"]["properties"]
+    fields = loader["decode"]["properties"]["randomCrop"]["properties"]
+    assert {name: field["default"] for name, field in fields.items()} == RANDOM_CROP_DEFAULTS
+    torchvision = RandomResizedCrop()
+    assert (fields["scaleMinPercent"]["default"] / 100, fields["scaleMaxPercent"]["default"] / 100) == \
+        torchvision.scale
+    assert fields["ratioMinPermille"]["default"] == round(torchvision.ratio[0] * 1000)
+    assert fields["ratioMaxPermille"]["default"] == int(torchvision.ratio[1] * 1000)
+    assert fields["flipPercent"]["default"] / 100 == torchvision.flip

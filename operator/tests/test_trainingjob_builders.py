@@ -149,6 +149,30 @@ def test_sidecar_arguments_are_a_valid_ringfeed_serve_command(decode, expected):
     assert context.params["ranks_per_pod"] == 1
 
 
+@pytest.mark.parametrize("random_crop,scale,ratio,flip", [
+    (None, (0.08, 1.0), (0.75, 1.333), 0.5),   # the CRD's defaults: torchvision's
+    ({"scaleMinPercent": 35, "scaleMaxPercent": 90, "ratioMinPermille": 500, "ratioMaxPermille": 2000,
+      "flipPercent": 0}, (0.35, 0.9), (0.5, 2.0), 0.0),
+    ({"flipPercent": 100}, (0.08, 1.0), (0.75, 1.333), 1.0),
+])
+def test_a_random_crop_reaches_the_sidecar_as_the_fractions_it_stands_for(random_crop, scale, ratio, flip):
+    decode = {"mode": "image", "width": 224, "height": 224, "resize": "random"}
+    if random_crop is not None:
+        decode["randomCrop"] = random_crop
+    arguments = sidecar_arguments(trainingjob(loader={"seed": 7, "decode": decode})["spec"], "d", "s", 1)
+    serve = ringfeed_cli.get_command(None, "serve")
+    params = serve.make_context("serve", [a.replace("$(RINGFEED_POD_INDEX)", "0") for a in arguments[1:]]).params
+    assert params["resize"] == "random"
+    assert params["crop_scale"] == pytest.approx(scale) and params["crop_ratio"] == pytest.approx(ratio)
+    assert params["flip"] == flip
+
+
+def test_evaluation_resizes_carry_no_random_crop_flags():
+    decode = {"mode": "image", "width": 224, "height": 224, "resize": "crop"}
+    arguments = sidecar_arguments(trainingjob(loader={"decode": decode})["spec"], "d", "s", 1)
+    assert not [a for a in arguments if a.startswith(("--crop-", "--flip"))]
+
+
 def environment(container: dict) -> dict:
     return {e["name"]: e.get("value") or e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
 

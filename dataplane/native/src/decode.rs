@@ -8,15 +8,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use bytes::Bytes;
-use fast_image_resize::images::Image as ResizeTarget;
-use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use fast_image_resize::images::{Image as ResizeTarget, ImageRef as ResizeSource};
+use fast_image_resize::{FilterType, IntoImageView, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use image::DynamicImage;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tokio::sync::mpsc;
+use uuid::Uuid;
 
 use crate::buffer::{Buffer, BufferPool};
+use crate::crop::{RandomCrop, dct_denominator, sample_key};
+use crate::jpeg::Decompressor;
 use crate::lifecycle;
 use crate::metrics::PathMetrics;
 
@@ -32,7 +35,7 @@ pub(crate) enum Decode {
     Bytes,
     /// Fixed-size raw tensors: each sample must be exactly `item_bytes` long.
     Raw { item_bytes: usize },
-    /// JPEG/PNG decoded to uint8 height × width × channels, resized (centre-cropped to the aspect first when `crop`).
+    /// JPEG/PNG decoded to uint8 height × width × channels, fitted to the target by `ImageShape::fit`.
     Image(ImageShape),
 }
 
@@ -41,17 +44,33 @@ pub(crate) struct ImageShape {
     pub height: u32,
     pub width: u32,
     pub channels: u8,
-    pub crop: bool,
+    pub fit: Fit,
+}
+
+/// How an image becomes the target size: the evaluation transforms, or the training augmentation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Fit {
+    /// Resized to the target, whatever its aspect ratio.
+    Stretch,
+    /// Centre-cropped to the target's aspect ratio, then resized.
+    CentreCrop,
+    /// A RandomResizedCrop resized to the target, mirrored at random (`crop`); a JPEG decodes only the crop's blocks,
+    /// scaled down in the DCT domain where the target size allows.
+    Random(RandomCrop),
 }
 
 impl ImageShape {
     pub(crate) fn item_bytes(&self) -> usize {
         self.height as usize * self.width as usize * self.channels as usize
     }
+
+    fn pixel_type(&self) -> PixelType {
+        if self.channels == 1 { PixelType::U8 } else { PixelType::U8x3 }
+    }
 }
 
 /// The target shape of decoded images, checked.
-pub(crate) fn image_shape(height: u32, width: u32, channels: u8, crop: bool) -> Result<ImageShape, String> {
+pub(crate) fn image_shape(height: u32, width: u32, channels: u8, fit: Fit) -> Result<ImageShape, String> {
     if height == 0 || width == 0 {
         return Err("image height and width must be positive".to_string());
     }
@@ -62,41 +81,188 @@ pub(crate) fn image_shape(height: u32, width: u32, channels: u8, crop: bool) -> 
         height,
         width,
         channels,
-        crop,
+        fit,
     })
 }
 
-/// Decodes a JPEG or PNG into `out` (height × width × channels, uint8), resizing with a bilinear filter; with `crop`
-/// the source is first centre-cropped to the target's aspect ratio (the usual evaluation transform).
-pub(crate) fn decode_image(encoded: &[u8], shape: &ImageShape, out: &mut [u8]) -> Result<(), String> {
+/// Decodes a JPEG or PNG into `out` (height × width × channels, uint8), resized with a bilinear filter as
+/// `shape.fit` says; `key` (`crop::sample_key`) draws the sample's random crop (unused by the other fits).
+pub(crate) fn decode_image(encoded: &[u8], shape: &ImageShape, key: u64, out: &mut [u8]) -> Result<(), String> {
+    match shape.fit {
+        Fit::Random(random) if is_jpeg(encoded) => {
+            // libjpeg-turbo refuses a few JPEGs the full decoder reads (CMYK, repaired data): those take its path.
+            fused_random_crop(encoded, shape, &random, key, out)
+                .or_else(|_| full_random_crop(encoded, shape, &random, key, out))
+        }
+        Fit::Random(random) => full_random_crop(encoded, shape, &random, key, out),
+        Fit::Stretch | Fit::CentreCrop => decode_and_fit(encoded, shape, out),
+    }
+}
+
+fn is_jpeg(encoded: &[u8]) -> bool {
+    encoded.starts_with(&[0xff, 0xd8, 0xff])
+}
+
+/// The whole image decoded, as `channels` 1 (grey) or 3 (RGB).
+fn decode_full(encoded: &[u8], channels: u8) -> Result<DynamicImage, String> {
     let decoded = image::load_from_memory(encoded).map_err(|err| format!("cannot decode: {err}"))?;
-    let (source, pixel_type) = match shape.channels {
-        1 => (DynamicImage::ImageLuma8(decoded.into_luma8()), PixelType::U8),
-        _ => (DynamicImage::ImageRgb8(decoded.into_rgb8()), PixelType::U8x3),
-    };
+    Ok(match channels {
+        1 => DynamicImage::ImageLuma8(decoded.into_luma8()),
+        _ => DynamicImage::ImageRgb8(decoded.into_rgb8()),
+    })
+}
+
+/// The evaluation transforms: the whole image decoded, then stretched or centre-cropped to the target.
+fn decode_and_fit(encoded: &[u8], shape: &ImageShape, out: &mut [u8]) -> Result<(), String> {
+    let source = decode_full(encoded, shape.channels)?;
     if source.width() == shape.width && source.height() == shape.height {
         out.copy_from_slice(source.as_bytes());
         return Ok(());
     }
-    let mut target = ResizeTarget::from_slice_u8(shape.width, shape.height, out, pixel_type)
-        .map_err(|err| format!("cannot resize: {err}"))?;
-    let mut options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
-    if shape.crop {
+    let mut options = ResizeOptions::new();
+    if shape.fit == Fit::CentreCrop {
         options = options.fit_into_destination(Some((0.5, 0.5)));
     }
+    resize(&source, shape, options, out)
+}
+
+/// RandomResizedCrop the plain way (PNG, and JPEGs libjpeg-turbo refuses): the whole image decoded, then the crop
+/// resized and mirrored. Also the reference the fused path is measured against.
+pub(crate) fn full_random_crop(
+    encoded: &[u8],
+    shape: &ImageShape,
+    random: &RandomCrop,
+    key: u64,
+    out: &mut [u8],
+) -> Result<(), String> {
+    let source = decode_full(encoded, shape.channels)?;
+    let crop = random.crop(key, source.width(), source.height());
+    let options = ResizeOptions::new().crop(
+        f64::from(crop.left),
+        f64::from(crop.top),
+        f64::from(crop.width),
+        f64::from(crop.height),
+    );
+    resize(&source, shape, options, out)?;
+    if crop.flip {
+        mirror(out, shape.width as usize, shape.channels as usize);
+    }
+    Ok(())
+}
+
+/// RandomResizedCrop fused into the JPEG decode: the crop drawn from the header's size, only its rows and MCU
+/// columns decoded, at 1/8, 1/4 or 1/2 scale when the crop keeps at least the target's pixels at it; the resize then
+/// takes the crop's exact (fractional) box out of the decoded region.
+fn fused_random_crop(
+    encoded: &[u8],
+    shape: &ImageShape,
+    random: &RandomCrop,
+    key: u64,
+    out: &mut [u8],
+) -> Result<(), String> {
+    // One decompressor and one region buffer per decoder thread, reused image after image.
+    thread_local! {
+        static JPEG: std::cell::RefCell<Option<(Decompressor, Vec<u8>)>> = const { std::cell::RefCell::new(None) };
+    }
+    JPEG.with_borrow_mut(|state| {
+        let (decompressor, pixels) = match state {
+            Some(state) => state,
+            None => state.insert((Decompressor::new()?, Vec::new())),
+        };
+        let decoded = fused_decode(decompressor, pixels, encoded, shape, random, key, out);
+        if decoded.is_err() {
+            // libjpeg can be left mid-image by a failure, and TurboJPEG then refuses every later image: start afresh.
+            *state = None;
+        }
+        decoded
+    })
+}
+
+fn fused_decode(
+    decompressor: &mut Decompressor,
+    pixels: &mut Vec<u8>,
+    encoded: &[u8],
+    shape: &ImageShape,
+    random: &RandomCrop,
+    key: u64,
+    out: &mut [u8],
+) -> Result<(), String> {
+    let header = decompressor.header(encoded)?;
+    let crop = random.crop(key, header.width, header.height);
+    let denominator = dct_denominator(crop.width, crop.height, shape.width, shape.height);
+    let scale = 1.0 / f64::from(denominator);
+    let scaled_floor = |at: u32| at / denominator;
+    let scaled_ceil = |at: u32| at.div_ceil(denominator);
+    let columns = (scaled_floor(crop.left), scaled_ceil(crop.left + crop.width));
+    let rows = (scaled_floor(crop.top), scaled_ceil(crop.top + crop.height));
+    let region = decompressor.decode_region(encoded, &header, denominator, columns, rows, pixels)?;
+    let source = ResizeSource::new(region.width, region.height, pixels, PixelType::U8x3)
+        .map_err(|err| format!("cannot resize: {err}"))?;
+    let options = ResizeOptions::new().crop(
+        f64::from(crop.left) * scale - f64::from(region.left),
+        f64::from(crop.top) * scale - f64::from(region.top),
+        f64::from(crop.width) * scale,
+        f64::from(crop.height) * scale,
+    );
+    if shape.channels == 1 {
+        // Grey as the full decoder makes it (image's luma of RGB), not libjpeg's Y: one sample looks the same
+        // whichever path decoded it.
+        let rgb_shape = ImageShape { channels: 3, ..*shape };
+        let mut rgb = vec![0; rgb_shape.item_bytes()];
+        resize(&source, &rgb_shape, options, &mut rgb)?;
+        let grey = DynamicImage::ImageRgb8(
+            image::RgbImage::from_raw(shape.width, shape.height, rgb).expect("sized for the target"),
+        )
+        .into_luma8();
+        out.copy_from_slice(grey.as_raw());
+    } else {
+        resize(&source, shape, options, out)?;
+    }
+    if crop.flip {
+        mirror(out, shape.width as usize, shape.channels as usize);
+    }
+    Ok(())
+}
+
+/// Resizes `source` into `out` (the target `shape`) with a bilinear filter and `options`' cropping.
+fn resize(
+    source: &impl IntoImageView,
+    shape: &ImageShape,
+    options: ResizeOptions,
+    out: &mut [u8],
+) -> Result<(), String> {
+    let mut target = ResizeTarget::from_slice_u8(shape.width, shape.height, out, shape.pixel_type())
+        .map_err(|err| format!("cannot resize: {err}"))?;
+    let options = options.resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
     // One resizer per thread: it keeps its scratch buffers (~160 kB for 224×224 RGB) between images, which a
     // fresh one would allocate, page-fault and free for every image.
     thread_local! {
         static RESIZER: std::cell::RefCell<Resizer> = std::cell::RefCell::new(Resizer::new());
     }
     RESIZER
-        .with_borrow_mut(|resizer| resizer.resize(&source, &mut target, &options))
+        .with_borrow_mut(|resizer| resizer.resize(source, &mut target, &options))
         .map_err(|err| format!("cannot resize: {err}"))
 }
 
-/// `decode_image` for Python: the same decoder the loader uses, for baselines and tests.
+/// Mirrors each row of `pixels` (rows of `width` pixels of `channels` bytes) left to right, in place.
+fn mirror(pixels: &mut [u8], width: usize, channels: usize) {
+    for row in pixels.chunks_exact_mut(width * channels) {
+        for x in 0..width / 2 {
+            let opposite = width - 1 - x;
+            for channel in 0..channels {
+                row.swap(x * channels + channel, opposite * channels + channel);
+            }
+        }
+    }
+}
+
+/// `decode_image` for Python: the same decoder the loader uses, for baselines and tests. With `random_crop`
+/// ((scale min, max), (ratio min, max), flip probability) the crop of `sample` in `epoch` of a run with `seed`;
+/// `fused=False` takes the full decode then crop whatever the format (the reference and the benchmark's baseline).
 #[pyfunction]
-#[pyo3(name = "decode_image", signature = (encoded, height, width, channels = 3, crop = true))]
+#[pyo3(name = "decode_image", signature = (encoded, height, width, channels = 3, crop = true, random_crop = None,
+                                           seed = 0, epoch = 0, sample = None, fused = true))]
+#[allow(clippy::too_many_arguments)]
 pub fn decode_image_py(
     py: Python<'_>,
     encoded: &Bound<'_, PyBytes>,
@@ -104,13 +270,53 @@ pub fn decode_image_py(
     width: u32,
     channels: u8,
     crop: bool,
+    random_crop: Option<RandomCropRanges>,
+    seed: u64,
+    epoch: u64,
+    sample: Option<Uuid>,
+    fused: bool,
 ) -> PyResult<Buffer> {
-    let shape = image_shape(height, width, channels, crop).map_err(PyValueError::new_err)?;
+    let fit = match random_crop {
+        Some(ranges) => Fit::Random(random_crop_of(ranges, seed)?),
+        None if crop => Fit::CentreCrop,
+        None => Fit::Stretch,
+    };
+    let shape = image_shape(height, width, channels, fit).map_err(PyValueError::new_err)?;
+    let key = sample_key(seed, epoch, &sample.unwrap_or_default());
     let encoded = encoded.as_bytes();
     let mut out = vec![0u8; shape.item_bytes()];
-    py.detach(|| decode_image(encoded, &shape, &mut out))
-        .map_err(PyValueError::new_err)?;
+    py.detach(|| match shape.fit {
+        Fit::Random(random) if !fused => full_random_crop(encoded, &shape, &random, key, &mut out),
+        _ => decode_image(encoded, &shape, key, &mut out),
+    })
+    .map_err(PyValueError::new_err)?;
     Ok(Buffer::new(out))
+}
+
+/// ((scale min, max), (ratio min, max), flip probability), as Python passes a random crop.
+pub(crate) type RandomCropRanges = ((f64, f64), (f64, f64), f64);
+
+pub(crate) fn random_crop_of((scale, ratio, flip): RandomCropRanges, seed: u64) -> PyResult<RandomCrop> {
+    RandomCrop::new(scale, ratio, flip, seed).map_err(PyValueError::new_err)
+}
+
+/// The crop `decode_image` draws for `sample` in `epoch` of a run with `seed` from a `width` × `height` image:
+/// (left, top, crop width, crop height, flipped).
+#[pyfunction]
+#[pyo3(signature = (width, height, random_crop, seed, epoch, sample))]
+pub fn random_crop_box(
+    width: u32,
+    height: u32,
+    random_crop: RandomCropRanges,
+    seed: u64,
+    epoch: u64,
+    sample: Uuid,
+) -> PyResult<(u32, u32, u32, u32, bool)> {
+    if width == 0 || height == 0 {
+        return Err(PyValueError::new_err("image width and height must be positive"));
+    }
+    let crop = random_crop_of(random_crop, seed)?.crop(sample_key(seed, epoch, &sample), width, height);
+    Ok((crop.left, crop.top, crop.width, crop.height, crop.flip))
 }
 
 type DecodeTask = Box<dyn FnOnce() + Send>;
@@ -264,8 +470,10 @@ pub(crate) struct Assembly {
     corrupt: Vec<(usize, String)>,
     arrived_bytes: usize,
     decoders: Option<Arc<DecoderPool>>,
-    /// Image samples waiting to be handed to the decoders as one group.
-    waiting: Vec<(usize, Bytes)>,
+    /// Each position's `crop::sample_key` when the decode draws random crops, else empty.
+    sample_keys: Vec<u64>,
+    /// Image samples waiting to be handed to the decoders as one group, with their keys.
+    waiting: Vec<(usize, Bytes, u64)>,
     /// Decoder tasks started, each reporting once on `decoded`.
     decoding: usize,
     decoded_tx: mpsc::UnboundedSender<Vec<(usize, Result<(), String>)>>,
@@ -274,13 +482,14 @@ pub(crate) struct Assembly {
 
 impl Assembly {
     /// A batch buffer taken from `pool`; stored bytes reserve `sample_bytes` per sample (0: unknown). Image decoding
-    /// needs `decoders`.
+    /// needs `decoders`, random crops one `sample_keys` entry per position.
     pub(crate) fn new(
         decode: Decode,
         count: usize,
         sample_bytes: usize,
         pool: &BufferPool,
         decoders: Option<Arc<DecoderPool>>,
+        sample_keys: Vec<u64>,
     ) -> Self {
         let target = match decode {
             Decode::Bytes => {
@@ -307,6 +516,7 @@ impl Assembly {
             corrupt: Vec::new(),
             arrived_bytes: 0,
             decoders,
+            sample_keys,
             waiting: Vec::new(),
             decoding: 0,
             decoded_tx,
@@ -334,7 +544,9 @@ impl Assembly {
                 }
             }
             (Target::Slots(_), Decode::Image(shape)) => {
-                self.waiting.push((position, data));
+                // Without random crops there is no key, and the decode uses none.
+                let key = self.sample_keys.get(position).copied().unwrap_or_default();
+                self.waiting.push((position, data, key));
                 if self.waiting.len() == DECODE_GROUP {
                     self.dispatch_decodes(shape);
                 }
@@ -360,12 +572,12 @@ impl Assembly {
         decoders.spawn(move || {
             let results: Vec<_> = group
                 .iter()
-                .map(|(position, data)| {
+                .map(|(position, data, key)| {
                     let started = Instant::now();
                     // A decoder panic on a hostile input is that sample's corruption, not a lost batch.
                     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
                         // Safety: one sample per position; nothing else writes or reads this slot.
-                        decode_image(data, &shape, unsafe { slots.slot(*position) })
+                        decode_image(data, &shape, *key, unsafe { slots.slot(*position) })
                     }));
                     metrics.decode_time.observe(started.elapsed());
                     let reported = decoded.unwrap_or_else(|_| Err("the image decoder panicked on it".to_string()));
@@ -453,18 +665,146 @@ mod tests {
         encoded.into_inner()
     }
 
+    /// A width × height "photograph" as a JPEG of `quality`: red grows to the right, green downwards, blue is a
+    /// fine texture (so that the decoders' differences show), which says where each output pixel came from.
+    fn position_coded_jpeg(width: u32, height: u32, quality: u8) -> Vec<u8> {
+        let pixels = image::RgbImage::from_fn(width, height, |x, y| {
+            let texture = ((x * 7 + y * 13) % 32) as u8 * 4;
+            image::Rgb([(x * 255 / (width - 1)) as u8, (y * 255 / (height - 1)) as u8, 64 + texture])
+        });
+        let mut encoded = Vec::new();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut encoded, quality)
+            .encode_image(&pixels)
+            .expect("encodes");
+        encoded
+    }
+
+    fn imagenet_crop(flip: f64) -> RandomCrop {
+        RandomCrop::new((0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0), flip, 11).expect("valid")
+    }
+
+    fn key(n: u64) -> u64 {
+        sample_key(11, 0, &Uuid::from_u64_pair(n, n))
+    }
+
+    fn random_shape(height: u32, width: u32, channels: u8, random: RandomCrop) -> ImageShape {
+        image_shape(height, width, channels, Fit::Random(random)).expect("valid")
+    }
+
+    fn mean_difference(a: &[u8], b: &[u8]) -> f64 {
+        a.iter().zip(b).map(|(x, y)| f64::from(x.abs_diff(*y))).sum::<f64>() / a.len() as f64
+    }
+
+    #[test]
+    fn the_fused_crop_decode_matches_a_full_decode_then_crop_and_resize() {
+        let jpeg = position_coded_jpeg(500, 375, 92);
+        // 224: full scale mostly; 64 and 32: most crops decode at 1/2, 1/4 or 1/8; 1 channel: grey from the Y plane.
+        for (size, channels) in [(224, 3), (64, 3), (32, 3), (64, 1)] {
+            let shape = random_shape(size, size, channels, imagenet_crop(0.5));
+            let (mut fused, mut reference) = (vec![0; shape.item_bytes()], vec![0; shape.item_bytes()]);
+            for n in 0..40 {
+                let Fit::Random(random) = shape.fit else { unreachable!() };
+                fused_random_crop(&jpeg, &shape, &random, key(n), &mut fused).expect("fused decode");
+                full_random_crop(&jpeg, &shape, &random, key(n), &mut reference).expect("full decode");
+                let difference = mean_difference(&fused, &reference);
+                assert!(difference < 2.5, "{size}x{size}x{channels}, sample {n}: mean difference {difference}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_fused_decode_takes_the_crop_from_where_it_was_drawn() {
+        // Each output corner's red and green say which column and row of the source it came from, to a level per
+        // pixel: an MCU's worth of offset (8 or 16 pixels) would be far outside the tolerance.
+        let (width, height) = (256, 192);
+        let jpeg = position_coded_jpeg(width, height, 95);
+        let random = RandomCrop::new((0.05, 0.3), (0.75, 1.33), 0.0, 11).expect("valid");
+        let shape = random_shape(32, 32, 3, random);
+        let mut out = vec![0; shape.item_bytes()];
+        for n in 0..40 {
+            let crop = random.crop(key(n), width, height);
+            fused_random_crop(&jpeg, &shape, &random, key(n), &mut out).expect("fused decode");
+            let expected = |at: u32, length: u32, extent: u32, corner: u32| {
+                // The centre of the output's first or last pixel, in source pixels, as the coded colour.
+                let offset = (f64::from(corner) + 0.5) * f64::from(length) / 32.0;
+                (f64::from(at) + offset) * 255.0 / f64::from(extent - 1)
+            };
+            for (x, y) in [(0, 0), (31, 0), (0, 31), (31, 31)] {
+                let pixel = &out[(y * 32 + x) as usize * 3..][..3];
+                let red = expected(crop.left, crop.width, width, x);
+                let green = expected(crop.top, crop.height, height, y);
+                let (found_red, found_green) = (f64::from(pixel[0]), f64::from(pixel[1]));
+                assert!((found_red - red).abs() < 4.0, "sample {n} ({x}, {y}): red {found_red} not {red}");
+                assert!((found_green - green).abs() < 4.0, "sample {n} ({x}, {y}): green {found_green} not {green}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_flip_mirrors_the_same_crop() {
+        let jpeg = position_coded_jpeg(500, 375, 90);
+        let plain = random_shape(48, 64, 3, imagenet_crop(0.0));
+        let flipped = random_shape(48, 64, 3, imagenet_crop(1.0));
+        let (mut a, mut b) = (vec![0; plain.item_bytes()], vec![0; plain.item_bytes()]);
+        for n in 0..10 {
+            decode_image(&jpeg, &plain, key(n), &mut a).expect("decodes");
+            decode_image(&jpeg, &flipped, key(n), &mut b).expect("decodes");
+            assert_ne!(a, b);
+            mirror(&mut b, 64, 3);
+            assert_eq!(a, b, "sample {n}: the flipped output mirrored back is the plain one");
+        }
+    }
+
+    #[test]
+    fn a_png_takes_the_full_decode_with_the_same_crop() {
+        let png = two_colour_png(64, 32);
+        let shape = random_shape(8, 8, 3, imagenet_crop(0.5));
+        let Fit::Random(random) = shape.fit else { unreachable!() };
+        let (mut out, mut reference) = (vec![0; 192], vec![0; 192]);
+        for n in 0..10 {
+            decode_image(&png, &shape, key(n), &mut out).expect("decodes");
+            full_random_crop(&png, &shape, &random, key(n), &mut reference).expect("decodes");
+            assert_eq!(out, reference);
+        }
+    }
+
+    #[test]
+    fn a_corrupt_jpeg_is_an_error_and_a_truncated_one_no_panic() {
+        let shape = random_shape(32, 32, 3, imagenet_crop(0.5));
+        let mut out = vec![0; shape.item_bytes()];
+        let refused = decode_image(b"\xff\xd8\xff\xe0 not a JPEG after all", &shape, key(1), &mut out).unwrap_err();
+        assert!(refused.starts_with("cannot decode"), "{refused}");
+        let jpeg = position_coded_jpeg(500, 375, 90);
+        for cut in [20, jpeg.len() / 3, jpeg.len() - 10] {
+            // Repaired or refused, as the full decoder decides: either way an answer, not a crash.
+            let _ = decode_image(&jpeg[..cut], &shape, key(1), &mut out);
+        }
+    }
+
+    #[test]
+    fn a_corrupt_jpeg_leaves_the_next_ones_to_the_fused_decode() {
+        let shape = random_shape(32, 32, 3, imagenet_crop(0.5));
+        let Fit::Random(random) = shape.fit else { unreachable!() };
+        let jpeg = position_coded_jpeg(300, 200, 90);
+        let (mut before, mut after) = (vec![0; shape.item_bytes()], vec![0; shape.item_bytes()]);
+        fused_random_crop(&jpeg, &shape, &random, key(2), &mut before).expect("fused decode");
+        assert!(fused_random_crop(b"\xff\xd8\xffjunk", &shape, &random, key(2), &mut after).is_err());
+        fused_random_crop(&jpeg, &shape, &random, key(2), &mut after).expect("fused decode after a corrupt one");
+        assert_eq!(before, after);
+    }
+
     #[test]
     fn image_shapes_are_checked() {
-        assert_eq!(image_shape(224, 224, 3, true).map(|shape| shape.item_bytes()), Ok(224 * 224 * 3));
-        assert!(image_shape(0, 224, 3, true).is_err());
-        assert_eq!(image_shape(8, 8, 4, true), Err("channels must be 1 or 3, got 4".to_string()));
+        assert_eq!(image_shape(224, 224, 3, Fit::CentreCrop).map(|shape| shape.item_bytes()), Ok(224 * 224 * 3));
+        assert!(image_shape(0, 224, 3, Fit::CentreCrop).is_err());
+        assert_eq!(image_shape(8, 8, 4, Fit::CentreCrop), Err("channels must be 1 or 3, got 4".to_string()));
     }
 
     #[test]
     fn an_image_is_resized_to_the_target_and_keeps_its_colours_in_place() {
-        let shape = image_shape(4, 8, 3, false).expect("valid");
+        let shape = image_shape(4, 8, 3, Fit::Stretch).expect("valid");
         let mut out = vec![0; shape.item_bytes()];
-        decode_image(&two_colour_png(64, 32), &shape, &mut out).expect("decodes");
+        decode_image(&two_colour_png(64, 32), &shape, 0, &mut out).expect("decodes");
         let pixel = |x: usize, y: usize| &out[(y * 8 + x) * 3..(y * 8 + x) * 3 + 3];
         assert_eq!(pixel(0, 0), [255, 0, 0]);
         assert_eq!(pixel(7, 3), [0, 0, 255]);
@@ -473,23 +813,23 @@ mod tests {
     #[test]
     fn a_centre_crop_keeps_the_middle_of_a_wide_image() {
         // 64×16 to 8×8 with a crop: only the middle 16×16 remains, half red, half blue.
-        let shape = image_shape(8, 8, 1, true).expect("valid");
+        let shape = image_shape(8, 8, 1, Fit::CentreCrop).expect("valid");
         let mut out = vec![0; shape.item_bytes()];
-        decode_image(&two_colour_png(64, 16), &shape, &mut out).expect("decodes");
+        decode_image(&two_colour_png(64, 16), &shape, 0, &mut out).expect("decodes");
         assert!(out[0] > out[7], "red (lighter in grey) on the left, blue on the right: {out:?}");
     }
 
     #[test]
     fn bytes_that_are_no_image_are_refused_with_a_reason() {
-        let shape = image_shape(8, 8, 3, true).expect("valid");
-        let refused = decode_image(b"not an image", &shape, &mut [0; 192]).unwrap_err();
+        let shape = image_shape(8, 8, 3, Fit::CentreCrop).expect("valid");
+        let refused = decode_image(b"not an image", &shape, 0, &mut [0; 192]).unwrap_err();
         assert!(refused.starts_with("cannot decode"), "{refused}");
     }
 
     #[test]
     fn stored_bytes_arriving_out_of_order_come_out_in_position_order_without_the_missing() {
         let pool = BufferPool::new(0);
-        let mut assembly = Assembly::new(Decode::Bytes, 4, 3, &pool, None);
+        let mut assembly = Assembly::new(Decode::Bytes, 4, 3, &pool, None, Vec::new());
         assembly.add(2, 20, Bytes::from_static(b"cc"));
         assembly.add(0, 0, Bytes::from_static(b"a"));
         assembly.add(3, 30, Bytes::from_static(b"ddd"));
@@ -506,7 +846,7 @@ mod tests {
     #[test]
     fn raw_tensors_of_the_wrong_size_are_corrupt_and_the_rest_move_to_the_front() {
         let pool = BufferPool::new(1);
-        let mut assembly = Assembly::new(Decode::Raw { item_bytes: 2 }, 4, 0, &pool, None);
+        let mut assembly = Assembly::new(Decode::Raw { item_bytes: 2 }, 4, 0, &pool, None, Vec::new());
         assembly.add(3, 3, Bytes::from_static(b"33"));
         assembly.add(1, 1, Bytes::from_static(b"111"));
         assembly.add(2, 2, Bytes::from_static(b"22"));
@@ -520,11 +860,11 @@ mod tests {
 
     #[test]
     fn images_are_decoded_on_the_pool_and_a_bad_one_is_reported_corrupt() {
-        let shape = image_shape(2, 2, 3, false).expect("valid");
+        let shape = image_shape(2, 2, 3, Fit::Stretch).expect("valid");
         let metrics = Arc::new(PathMetrics::default());
         let decoders = DecoderPool::start(2, Arc::clone(&metrics)).expect("threads start");
         let pool = BufferPool::new(1);
-        let mut assembly = Assembly::new(Decode::Image(shape), 10, 0, &pool, Some(Arc::clone(&decoders)));
+        let mut assembly = Assembly::new(Decode::Image(shape), 10, 0, &pool, Some(Arc::clone(&decoders)), Vec::new());
         for position in 0..10 {
             let data = if position == 4 { Bytes::from_static(b"junk") } else { Bytes::from(two_colour_png(2, 2)) };
             assembly.add(position, position as i32, data);
@@ -537,6 +877,31 @@ mod tests {
         assert_eq!(&batch.data[..3], [255, 0, 0]);
         let (_, counts, _) = metrics.decode_time.snapshot();
         assert_eq!(counts.last(), Some(&10), "every image's decode is timed, the corrupt one's too");
+        decoders.close();
+    }
+
+    #[test]
+    fn random_crops_are_decoded_on_the_pool_with_each_positions_key_and_a_corrupt_one_is_counted() {
+        let shape = random_shape(16, 16, 3, imagenet_crop(0.5));
+        let decoders = DecoderPool::start(2, Arc::new(PathMetrics::default())).expect("threads start");
+        let pool = BufferPool::new(1);
+        let jpeg = position_coded_jpeg(200, 150, 90);
+        let keys: Vec<u64> = (0..10).map(key).collect();
+        let mut assembly =
+            Assembly::new(Decode::Image(shape), 10, 0, &pool, Some(Arc::clone(&decoders)), keys.clone());
+        for position in 0..10 {
+            let data =
+                if position == 7 { Bytes::from_static(b"\xff\xd8\xffjunk") } else { Bytes::from(jpeg.clone()) };
+            assembly.add(position, position as i32, data);
+        }
+        let batch = finish(assembly);
+        assert_eq!(batch.corrupt.iter().map(|(position, _)| *position).collect::<Vec<_>>(), [7]);
+        let mut expected = vec![0; shape.item_bytes()];
+        for (index, &position) in batch.positions.iter().enumerate() {
+            decode_image(&jpeg, &shape, keys[position as usize], &mut expected).expect("decodes");
+            let delivered = &batch.data[index * shape.item_bytes()..][..shape.item_bytes()];
+            assert_eq!(delivered, expected, "position {position}");
+        }
         decoders.close();
     }
 }

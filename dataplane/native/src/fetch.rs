@@ -27,7 +27,8 @@ use uuid::Uuid;
 use crate::buffer::{Buffer, BufferPool, le_bytes};
 use crate::client::Client;
 use crate::client::retry::{is_transient, with_backoff};
-use crate::decode::{Assembled, Assembly, Decode, DecoderPool};
+use crate::crop::sample_key;
+use crate::decode::{Assembled, Assembly, Decode, DecoderPool, Fit};
 use crate::metrics::PathMetrics;
 use crate::errors::{Failure, Kind, execution_kind, one_line};
 use crate::window::{FlowWindow, WindowControl};
@@ -266,8 +267,10 @@ impl Fetcher {
         self.shared.pool.allocated()
     }
 
-    /// Starts reading the samples whose UUIDs are `uuids` (16 bytes each, concatenated); returns at once.
-    fn submit(&self, ticket: u64, uuids: &Bound<'_, PyBytes>) -> PyResult<()> {
+    /// Starts reading the samples whose UUIDs are `uuids` (16 bytes each, concatenated) of `epoch` (which, with the
+    /// seed and each UUID, draws random crops); returns at once.
+    #[pyo3(signature = (ticket, uuids, epoch = 0))]
+    fn submit(&self, ticket: u64, uuids: &Bound<'_, PyBytes>, epoch: u64) -> PyResult<()> {
         self.check_open()?;
         let raw = uuids.as_bytes();
         if raw.len() % 16 != 0 {
@@ -282,7 +285,7 @@ impl Fetcher {
         let shared = Arc::clone(&self.shared);
         let done = self.done_tx.clone();
         self.shared.client.spawn(async move {
-            let outcome = AssertUnwindSafe(read_batch(Arc::clone(&shared), uuids))
+            let outcome = AssertUnwindSafe(read_batch(Arc::clone(&shared), uuids, epoch))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
@@ -370,15 +373,23 @@ impl Row {
     }
 }
 
-/// Reads every sample of a batch (at most `concurrency` requests in flight across all batches) and copies or
-/// decodes each one as it arrives.
-async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>) -> Outcome {
+/// Reads every sample of a batch of `epoch` (at most `concurrency` requests in flight across all batches) and
+/// copies or decodes each one as it arrives.
+async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>, epoch: u64) -> Outcome {
+    let sample_keys = match shared.decode {
+        Decode::Image(shape) => match shape.fit {
+            Fit::Random(random) => uuids.iter().map(|uuid| sample_key(random.seed, epoch, uuid)).collect(),
+            Fit::Stretch | Fit::CentreCrop => Vec::new(),
+        },
+        Decode::Bytes | Decode::Raw { .. } => Vec::new(),
+    };
     let mut assembly = Assembly::new(
         shared.decode,
         uuids.len(),
         shared.sample_bytes.load(Ordering::Relaxed),
         &shared.pool,
         shared.decoders.clone(),
+        sample_keys,
     );
     let sample_bytes = shared.expected_sample_bytes();
     let mut reads = futures::stream::iter(requests(&shared, &uuids))

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::client::{Client, Connect, PreparedStatement, parse_consistency};
-use crate::decode::{Decode, DecoderPool, image_shape};
+use crate::decode::{Decode, DecoderPool, Fit, RandomCropRanges, image_shape, random_crop_of};
 use crate::fetch::{Fetcher, Statements};
 use crate::metrics::{LoaderMetrics, PathMetrics};
 use crate::scan::{ScanRequest, scan};
@@ -118,7 +118,8 @@ impl Session {
     /// A batch reader of `keyspace.table` rows (uuid → label, data); see `fetch.rs` and the stub file.
     #[pyo3(signature = (keyspace, table = "data_by_uuid", concurrency = 64, max_retries = 8, image_size = None,
                         channels = 3, crop = true, raw_item_bytes = None, decode_threads = 2,
-                        request_bytes = 524_288, sample_bytes = 0, memory_bytes = 134_217_728, metrics = None))]
+                        request_bytes = 524_288, sample_bytes = 0, memory_bytes = 134_217_728, metrics = None,
+                        random_crop = None, seed = 0))]
     #[allow(clippy::too_many_arguments)]
     fn fetcher(
         &self,
@@ -136,6 +137,8 @@ impl Session {
         sample_bytes: usize,
         memory_bytes: usize,
         metrics: Option<PyRef<'_, LoaderMetrics>>,
+        random_crop: Option<RandomCropRanges>,
+        seed: u64,
     ) -> PyResult<Fetcher> {
         let decode = match (image_size, raw_item_bytes) {
             (Some(_), Some(_)) => {
@@ -144,7 +147,12 @@ impl Session {
                 ));
             }
             (Some((height, width)), None) => {
-                Decode::Image(image_shape(height, width, channels, crop).map_err(PyValueError::new_err)?)
+                let fit = match random_crop {
+                    Some(ranges) => Fit::Random(random_crop_of(ranges, seed)?),
+                    None if crop => Fit::CentreCrop,
+                    None => Fit::Stretch,
+                };
+                Decode::Image(image_shape(height, width, channels, fit).map_err(PyValueError::new_err)?)
             }
             (None, Some(0)) => {
                 return Err(PyValueError::new_err("raw_item_bytes must be positive"));

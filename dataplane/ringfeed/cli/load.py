@@ -8,7 +8,7 @@ import click
 
 from ringfeed.cli.app import console, main, open_store
 from ringfeed.cli.render import human_bytes, progress_bar
-from ringfeed.cli.types import COUNT, NON_NEGATIVE, SEED
+from ringfeed.cli.types import COUNT, NON_NEGATIVE, SEED, NumberRange
 from ringfeed.loader import (
     CONSISTENCY_LEVELS,
     MISSING_POLICIES,
@@ -18,9 +18,12 @@ from ringfeed.loader import (
     Loader,
     LoaderOptions,
     LoaderOptionsError,
+    RandomResizedCrop,
 )
 
 DEFAULTS = LoaderOptions()  # the flags' defaults are the library's
+RANDOM_CROP = RandomResizedCrop()
+RESIZE_MODES = ("crop", "stretch", "random")
 
 
 def parse_size(text: str | None):
@@ -53,12 +56,21 @@ def loader_flags(command):
     flags = [
         click.option("--batch-size", "-b", default=DEFAULTS.batch_size, show_default=True, type=COUNT),
         click.option("--decode", "decode", default=None, metavar="HxW|tensor",
-                     help="Decode images to HxW (centre crop + bilinear resize), or raw tensors to their dtype and "
+                     help="Decode images to HxW (resized as --resize says), or raw tensors to their dtype and "
                           "shape. Default: the stored bytes."),
         click.option("--channels", type=click.Choice(["1", "3"]), default="3", show_default=True,
                      help="Channels of decoded images: 1 (grey) or 3 (RGB)."),
-        click.option("--resize", type=click.Choice(["crop", "stretch"]), default="crop", show_default=True,
-                     help="Decoded images: centre-crop to the aspect ratio then resize, or resize only."),
+        click.option("--resize", type=click.Choice(RESIZE_MODES), default="crop", show_default=True,
+                     help="Decoded images: centre-crop to the aspect ratio then resize, resize only, or (training) "
+                          "random: a RandomResizedCrop and horizontal flip per sample, drawn from --seed, the epoch "
+                          "and the sample."),
+        click.option("--crop-scale", type=NumberRange("0.08,1"), default=None,
+                     help=f"--resize random: fraction of the image's area a crop covers [default: "
+                          f"{RANDOM_CROP.scale[0]},{RANDOM_CROP.scale[1]:g}]."),
+        click.option("--crop-ratio", type=NumberRange("3/4,4/3"), default=None,
+                     help="--resize random: width/height of a crop, decimals or fractions [default: 3/4,4/3]."),
+        click.option("--flip", type=click.FloatRange(0, 1), default=None,
+                     help=f"--resize random: probability of a horizontal flip [default: {RANDOM_CROP.flip}]."),
         click.option("--seed", default=DEFAULTS.seed, show_default=True, type=SEED,
                      help="Seed of the per-epoch shuffle."),
         click.option("--no-shuffle", is_flag=True, help="Read in split order."),
@@ -85,14 +97,25 @@ def loader_flags(command):
     return command
 
 
-def options_from_flags(batch_size, decode, channels, resize, seed, no_shuffle, rank, world_size, remainder, prefetch,
-                       concurrency, decode_threads, consistency, missing, **fields) -> LoaderOptions:
+def options_from_flags(batch_size, decode, channels, resize, crop_scale, crop_ratio, flip, seed, no_shuffle, rank,
+                       world_size, remainder, prefetch, concurrency, decode_threads, consistency, missing,
+                       **fields) -> LoaderOptions:
     """The LoaderOptions the flags of ``loader_flags`` describe (validated once, there: a combination they refuse,
     such as --rank beyond --world-size, is a usage error like a bad value of one flag)."""
     size = parse_size(decode)
-    if isinstance(size, Decode):
-        size = Decode(size.height, size.width, channels=int(channels), crop=resize == "crop")
+    given = [name for name, value in (("--crop-scale", crop_scale), ("--crop-ratio", crop_ratio), ("--flip", flip))
+             if value is not None]
+    if given and not (resize == "random" and isinstance(size, Decode)):
+        raise click.UsageError(f"{', '.join(given)} apply only to --decode HxW with --resize random")
     try:
+        if isinstance(size, Decode):
+            random_crop = None
+            if resize == "random":
+                random_crop = RandomResizedCrop(scale=crop_scale or RANDOM_CROP.scale,
+                                                ratio=crop_ratio or RANDOM_CROP.ratio,
+                                                flip=RANDOM_CROP.flip if flip is None else flip)
+            size = Decode(size.height, size.width, channels=int(channels), crop=resize == "crop",
+                          random_crop=random_crop)
         return LoaderOptions(batch_size=batch_size, decode=size, shuffle=not no_shuffle, seed=seed, rank=rank,
                              world_size=world_size, remainder=remainder, prefetch=prefetch, concurrency=concurrency,
                              decode_threads=decode_threads, consistency=consistency.upper(), missing=missing,
@@ -117,6 +140,7 @@ def load(ctx, dataset, split, part, epochs, **flags):
     Examples:
       ringfeed load demo_slides by-patient --epochs 2
       ringfeed load demo_slides by-patient --decode 224x224 -b 128
+      ringfeed load demo_slides by-patient --decode 224x224 --resize random --crop-scale 0.2,1
       ringfeed load demo_slides by-patient --part val --rank 1 --world-size 4
     """
     options = options_from_flags(**flags)

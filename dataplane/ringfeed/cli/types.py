@@ -35,6 +35,34 @@ class IntList(click.ParamType):
         return tuple(int(part) for part in parts)
 
 
+class NumberRange(click.ParamType):
+    """Two positive numbers ``MIN,MAX``, each a decimal or a fraction: ``0.08,1`` → (0.08, 1.0), ``3/4,4/3``."""
+
+    name = "MIN,MAX"
+
+    def __init__(self, example: str):
+        self.example = example
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        parts = str(value).split(",")
+        low, high = (_positive_number(part) for part in parts) if len(parts) == 2 else (None, None)
+        if low is None or high is None or low > high:
+            self.fail(f"{value!r}: give MIN,MAX, two positive numbers or fractions with MIN <= MAX, e.g. "
+                      f"{self.example}", param, ctx)
+        return low, high
+
+
+def _positive_number(text: str) -> float | None:
+    """A decimal or a fraction with an integer denominator, above zero; None for anything else."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)(?:/(\d+))?\s*", text)
+    if not match or match[2] is not None and int(match[2]) == 0:
+        return None
+    number = float(match[1]) / int(match[2] or 1)
+    return number if number > 0 else None
+
+
 _BYTE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
                "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 

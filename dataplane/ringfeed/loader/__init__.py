@@ -10,8 +10,9 @@ from ringfeed.loader.options import (
     Decode,
     LoaderOptions,
     LoaderOptionsError,
+    RandomResizedCrop,
 )
 from ringfeed.loader.plan import EpochPlan
 
 __all__ = ["CONSISTENCY_LEVELS", "MISSING_POLICIES", "REMAINDER_POLICIES", "TENSOR", "Blobs", "Decode", "EpochPlan",
-           "Loader", "LoaderOptions", "LoaderOptionsError", "LoaderSource", "LoaderStats"]
+           "Loader", "LoaderOptions", "LoaderOptionsError", "LoaderSource", "LoaderStats", "RandomResizedCrop"]

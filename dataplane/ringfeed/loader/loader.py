@@ -304,7 +304,7 @@ class Loader:
                 number = numbers.popleft()
                 batch = batches[number]
                 ticket = next(self._tickets)
-                fetcher.submit(ticket, self.source.uuids[batch].tobytes())
+                fetcher.submit(ticket, self.source.uuids[batch].tobytes(), epoch)
                 in_flight[ticket] = (number, batch)
                 order.append(ticket)
             if not numbers and not self.options.out_of_order:
@@ -315,7 +315,7 @@ class Loader:
                 while next_numbers and fetcher.wants_more:
                     number = next_numbers.popleft()
                     ticket = next(self._tickets)
-                    fetcher.submit(ticket, self.source.uuids[next_batches[number]].tobytes())
+                    fetcher.submit(ticket, self.source.uuids[next_batches[number]].tobytes(), epoch + 1)
                     upcoming.append((ticket, number, next_batches[number]))
             self.stats.max_batches_in_flight = max(self.stats.max_batches_in_flight, len(in_flight) + len(upcoming))
 
@@ -367,6 +367,8 @@ class Loader:
             if isinstance(decode, Decode):
                 decoding = dict(image_size=(decode.height, decode.width), channels=decode.channels, crop=decode.crop,
                                 decode_threads=self.options.decode_threads or min(8, os.cpu_count() or 1))
+                if decode.random_crop is not None:
+                    decoding.update(random_crop=decode.random_crop.native(), seed=self.options.seed)
             elif decode == TENSOR:
                 decoding = dict(raw_item_bytes=self.source.encoding.raw_nbytes)
             try:

@@ -22,20 +22,57 @@ class LoaderOptionsError(RingfeedError):
 
 
 @dataclasses.dataclass(frozen=True)
+class RandomResizedCrop:
+    """The training augmentation, as torchvision's RandomResizedCrop followed by RandomHorizontalFlip: a crop of
+    ``scale`` (min, max) of the image's area and width ÷ height ``ratio`` (min, max, drawn on a log scale), ten tries
+    then a centre crop, resized to the target and mirrored with probability ``flip``. A JPEG decodes only the crop's
+    blocks, scaled down in the DCT domain where the target size allows. Each sample's crop follows from (the loader's
+    seed, the epoch, its UUID): a resumed epoch crops as the first run did (docs/loader.md#random-crops)."""
+
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: float = 0.5
+
+    def __post_init__(self):
+        for name in ("scale", "ratio"):
+            value = getattr(self, name)
+            if not (isinstance(value, tuple) and len(value) == 2
+                    and all(isinstance(bound, numbers.Real) and not isinstance(bound, bool) for bound in value)):
+                raise LoaderOptionsError(f"random crop {name} must be (min, max), got {value!r}")
+        low, high = self.scale
+        if not 0 < low <= high <= 1:
+            raise LoaderOptionsError(f"random crop scale must be 0 < min <= max <= 1, got ({low}, {high})")
+        low, high = self.ratio
+        if not 0 < low <= high:
+            raise LoaderOptionsError(f"random crop ratio must be 0 < min <= max, got ({low}, {high})")
+        if not (isinstance(self.flip, numbers.Real) and 0 <= self.flip <= 1):
+            raise LoaderOptionsError(f"flip probability must be in [0, 1], got {self.flip!r}")
+
+    def native(self) -> tuple[tuple[float, float], tuple[float, float], float]:
+        """The ranges as the native decoder takes them."""
+        (scale_min, scale_max), (ratio_min, ratio_max) = self.scale, self.ratio
+        return (float(scale_min), float(scale_max)), (float(ratio_min), float(ratio_max)), float(self.flip)
+
+
+@dataclasses.dataclass(frozen=True)
 class Decode:
-    """Decode JPEG/PNG samples to uint8 arrays of shape (height, width, channels), resized with a bilinear filter;
-    with ``crop`` the image is first centre-cropped to the target's aspect ratio."""
+    """Decode JPEG/PNG samples to uint8 arrays of shape (height, width, channels), resized with a bilinear filter.
+    For evaluation the whole image: with ``crop`` first centre-cropped to the target's aspect ratio, else stretched;
+    for training ``random_crop``, a ``RandomResizedCrop`` (``crop`` then plays no part)."""
 
     height: int
     width: int
     channels: int = 3
     crop: bool = True
+    random_crop: RandomResizedCrop | None = None
 
     def __post_init__(self):
         if self.height < 1 or self.width < 1:
             raise LoaderOptionsError(f"decode size must be positive, got {self.height}x{self.width}")
         if self.channels not in (1, 3):
             raise LoaderOptionsError(f"decode channels must be 1 or 3, got {self.channels}")
+        if self.random_crop is not None and not isinstance(self.random_crop, RandomResizedCrop):
+            raise LoaderOptionsError(f"random_crop must be a ringfeed.RandomResizedCrop, got {self.random_crop!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ import ringfeed.cli.load as load_cli
 from ringfeed.cli import main
 from ringfeed.cli.types import PORT
 from ringfeed.errors import RingfeedError
+from ringfeed.loader import Decode, RandomResizedCrop
 from ringfeed.loader.loader import LoaderStats
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.store import DatasetInfo
@@ -73,6 +74,19 @@ BAD_VALUES = {
     "choice: unknown read consistency": (["load", "d", "s", "--consistency", "MOST"], "--consistency"),
     "address: not loopback (cache tier)": (["cache", "up", "/tmp/ring", "--address", "10.0.0.1"], "--address"),
     "size: not HxW (decode)": (["load", "d", "s", "--decode", "224"], "224"),
+    "range: min above max (crop scale)": (["load", "d", "s", "--decode", "8x8", "--resize", "random", "--crop-scale",
+                                           "0.9,0.2"], "--crop-scale"),
+    "range: not a number (crop ratio)": (["serve", "d", "s", "--decode", "8x8", "--resize", "random",
+                                          "--crop-ratio", "3/4,wide"], "--crop-ratio"),
+    "range: one number (crop ratio)": (["load", "d", "s", "--crop-ratio", "1"], "--crop-ratio"),
+    "range: zero denominator (crop ratio)": (["load", "d", "s", "--crop-ratio", "3/0,4/3"], "--crop-ratio"),
+    "range: area above the image (crop scale)": (["load", "d", "s", "--decode", "8x8", "--resize", "random",
+                                                  "--crop-scale", "0.5,1.5"], "scale"),
+    "probability above 1 (flip)": (["load", "d", "s", "--decode", "8x8", "--resize", "random", "--flip", "1.5"],
+                                   "--flip"),
+    "random crop flags without --resize random": (["load", "d", "s", "--decode", "8x8", "--flip", "0.2"],
+                                                  "--flip"),
+    "choice: unknown resize": (["load", "d", "s", "--decode", "8x8", "--resize", "zoom"], "--resize"),
     "both ratios and folds": (["split", "create", "d", "s", "--ratios", "8,2", "--folds", "5"], "--folds"),
     "name: no namespace (lineage)": (["lineage", "resnet"], "NAMESPACE/TRAININGJOB"),
     "name: no name (lineage)": (["lineage", "team-a/"], "NAMESPACE/TRAININGJOB"),
@@ -205,6 +219,21 @@ def test_load_prints_its_progress_on_stderr_and_its_result_on_stdout(monkeypatch
     assert "epoch 0: 8 samples" in result.stdout and "epoch 1: 8 samples" in result.stdout
     assert not PROGRESS.search(result.stdout), result.stdout
     assert PROGRESS.search(result.stderr)  # the bar, drawn once at its end on a non-terminal
+
+
+@pytest.mark.parametrize("flags, random_crop", [
+    (["--resize", "random"], RandomResizedCrop()),
+    (["--resize", "random", "--crop-scale", "0.25,1", "--crop-ratio", "1/2,2", "--flip", "0"],
+     RandomResizedCrop(scale=(0.25, 1.0), ratio=(0.5, 2.0), flip=0.0)),
+    (["--resize", "crop"], None),
+])
+def test_load_hands_the_loader_the_random_crop_of_its_flags(monkeypatch, flags, random_crop):
+    opened = []
+    monkeypatch.setattr(load_cli, "open_store", lambda ctx: contextlib.nullcontext())
+    monkeypatch.setattr(load_cli, "Loader", lambda *args, options, **kwargs: opened.append(options) or FakeLoader())
+    result = invoke("load", "d", "s", "--decode", "64x48", *flags)
+    assert result.exit_code == 0, result.stderr
+    assert opened[0].decode == Decode(64, 48, crop=flags[1] == "crop", random_crop=random_crop)
 
 
 class FakeStore:

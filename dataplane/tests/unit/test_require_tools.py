@@ -26,6 +26,8 @@ GOOD = {
     "gcc": "exit 0",
     "openssl": "exit 0",
     "pkg-config": "exit 0",
+    "cmake": "exit 0",
+    "nasm": "exit 0",
 }
 
 
@@ -80,8 +82,9 @@ def test_old_go_and_java_are_named_once_each_with_what_is_needed(tmp_path):
     ({"openssl": None}, "openssl is required"),
     ({"pkg-config": None}, "pkg-config is required"),
     ({"pkg-config": "exit 1"}, "OpenSSL's headers (libssl-dev) are required"),
+    ({"cmake": None}, "cmake is required"),
 ], ids=["go", "java 8", "cargo", "rustc", "maven", "python", "no go", "no maven", "no gcc", "no openssl",
-        "no pkg-config", "no libssl-dev"])
+        "no pkg-config", "no libssl-dev", "no cmake"])
 def test_each_missing_or_old_tool_is_one_line(tmp_path, stubs, named):
     result = run_with(tmp_path, **stubs)
     lines = result.stderr.splitlines()
@@ -92,8 +95,16 @@ def test_each_missing_or_old_tool_is_one_line(tmp_path, stubs, named):
 def test_everything_missing_is_one_line_per_tool(tmp_path):
     result = run_with(tmp_path, **{name: None for name in GOOD})
     lines = result.stderr.splitlines()
-    named = [re.match(r"error: (\S+)", line)[1] for line in lines]
-    assert named == ["python3.11", "cargo", "rustc", "Java", "Maven", "Go", "gcc", "openssl", "pkg-config"], lines
+    named = [re.match(r"(?:error|warning): (\S+)", line)[1] for line in lines]
+    assert named == ["python3.11", "cargo", "rustc", "Java", "Maven", "Go", "gcc", "cmake", "nasm", "openssl",
+                     "pkg-config"], lines
+
+
+def test_without_nasm_the_build_goes_on_with_a_warning(tmp_path):
+    result = run_with(tmp_path, nasm=None)
+    assert result.returncode == 0 and result.stdout == ""
+    assert result.stderr.startswith("warning: nasm is missing: apt-get install nasm") and \
+        len(result.stderr.splitlines()) == 1
 
 
 def test_newer_versions_pass(tmp_path):

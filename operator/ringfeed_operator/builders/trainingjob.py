@@ -82,9 +82,24 @@ def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> lis
     if mode == "image":
         arguments += [f"--decode={decode['height']}x{decode['width']}", f"--channels={decode.get('channels', 3)}",
                       f"--resize={decode.get('resize', 'crop')}"]
+        if decode.get("resize") == "random":
+            arguments += random_crop_arguments(decode.get("randomCrop") or {})
     elif mode == "tensor":
         arguments.append("--decode=tensor")
     return arguments
+
+
+# spec.loader.decode.randomCrop's defaults (the CRD's): torchvision's scale (0.08, 1), ratio (3/4, 4/3), flip 0.5.
+RANDOM_CROP_DEFAULTS = {"scaleMinPercent": 8, "scaleMaxPercent": 100, "ratioMinPermille": 750,
+                        "ratioMaxPermille": 1333, "flipPercent": 50}
+
+
+def random_crop_arguments(random_crop: dict) -> list[str]:
+    """``ringfeed serve``'s flags of resize random: the CRD's integers as the fractions they stand for."""
+    ranges = {**RANDOM_CROP_DEFAULTS, **random_crop}
+    return [f"--crop-scale={ranges['scaleMinPercent']}/100,{ranges['scaleMaxPercent']}/100",
+            f"--crop-ratio={ranges['ratioMinPermille']}/1000,{ranges['ratioMaxPermille']}/1000",
+            f"--flip={ranges['flipPercent'] / 100}"]
 
 
 def labels_of(name: str) -> dict[str, str]:
