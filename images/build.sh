@@ -80,7 +80,7 @@ build_pause() {
 build_wheels() { # ringfeed, ringfeed-client, ringfeed-operator and every dependency (constraints.txt's versions)
     local out=$cache/wheels lock=$repo/constraints.txt
     # The wheel that ships: libjpeg-turbo with its SIMD, which needs nasm (a dev build goes on without, more slowly).
-    command -v nasm >/dev/null || { echo "error: nasm missing: apt-get install nasm (libjpeg-turbo's SIMD)" >&2; exit 1; }
+    command -v nasm >/dev/null || { echo "error: nasm missing; run: e2e/cluster/install-packages.sh (libjpeg-turbo's SIMD)" >&2; exit 1; }
     rm -rf "$out" && mkdir -p "$out"
     # One wheel for any Linux x86_64 with glibc >= 2.28 and any CPython >= 3.11 (abi3): zig (PyPI's ziglang, the
     # venv's) links against glibc 2.28's symbols on any build host, OpenSSL is built in statically (the

@@ -3,7 +3,7 @@
 # host-local and loopback plugins, nftables (kube-proxy's rules inside the cluster's network namespace; `nft` and
 # `iptables-save` also let the tests prove the host's ruleset unchanged), iptables (kube-router's NetworkPolicy rules,
 # through iptables-nft, inside that namespace), debootstrap (the base image's root filesystem) and buildah
-# (Dockerfile builds without a Docker engine).
+# (Dockerfile builds without a Docker engine), nasm (the shipped wheel's libjpeg-turbo with its SIMD, images/build.sh).
 # Installs only what is missing; no daemon is started (the cluster scripts start containerd themselves).
 # ipset (kube-router's sets, made inside the cluster's network namespace only) is not installed: Debian's ipset and
 # libipset13 are unpacked into $RINGFEED_CACHE/ipset/<version>, which cluster.sh puts on kube-router's PATH.
@@ -34,7 +34,7 @@ unpack_ipset() { # Debian's ipset $IPSET_VERSION and its library into the cache,
 }
 unpack_ipset
 
-packages=(containerd runc containernetworking-plugins nftables iptables debootstrap buildah)
+packages=(containerd runc containernetworking-plugins nftables iptables debootstrap buildah nasm)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
