@@ -129,6 +129,7 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     needed |= {("cassandra.datastax.com", "cassandradatacenters", verb) for verb in ("get", "create", "patch",
                                                                                     "delete")}
     needed |= {("control.k8ssandra.io", "cassandratasks", verb) for verb in ("list", "create")}
+    needed |= {("kueue.x-k8s.io", "workloads", "list")}  # why a queued TrainingJob waits
     needed |= {("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "create")}
     # Services: a TrainingJob's rendezvous Service (get, create) and a cache tier's master Service (applied: patch,
     # deleted with spec.cache); a cache tier's StatefulSet and DaemonSets likewise; NetworkPolicies (applied).
