@@ -192,7 +192,7 @@ def test_install_brings_the_operator_up(cluster: Cluster, release):
     # its mirror of ghcr.io, which serves the same images: e2e/host and the quickstart pull from there).
     node_images = {name for image in cluster.core.read_node(cluster.node).status.images for name in image.names
                    if not name.startswith("sha256:")}
-    pulled = (f"{REGISTRY}/ringfeed/", "ghcr.io/ringfeed/")
+    pulled = (f"{REGISTRY}/", "ghcr.io/ringfeed/")  # the registry's: Ringfeed's, and the Kueue test's
     assert {name for name in node_images if not name.startswith(pulled)} == {"localhost/ringfeed/pause:1.0"}
     # helm test: the operator answers, the CRDs are established, each sample passes a server-side dry run.
     tested = cluster.helm("test", RELEASE, "-n", SYSTEM, "--logs", timeout=180).stdout
