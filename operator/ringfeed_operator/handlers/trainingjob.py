@@ -113,9 +113,8 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     elif queued and suspended:
         if existing is not None and not existing["metadata"].get("deletionTimestamp"):
             _suspend(name, namespace, status, body, memo, patch)
-    elif queued and existing is not None and existing["spec"].get("suspend"):
-        pass  # Kueue's to un-suspend, when it admits the Job
-    elif existing is not None and bool(existing["spec"].get("suspend")) != suspended:
+    # A queued Job's spec.suspend is Kueue's: it un-suspends the Job when it admits it.
+    elif not queued and existing is not None and bool(existing["spec"].get("suspend")) != suspended:
         if suspended:
             _suspend(name, namespace, status, body, memo, patch)
         elif not (existing.get("status") or {}).get("startTime"):
