@@ -197,15 +197,20 @@ use_registry() { # target ("local" or host[:port][/path]): sets registry, via (h
     fi
 }
 
+use_registry_to_push() { # target: use_registry, and buildah push's options for it appended to the caller's options
+    use_registry "$1"
+    [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
+    [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
+    return 0
+}
+
 pushed_dir() { # registry: where push_images records what it pushed there (one file per image: id, digest, reference)
     echo "$cache/pushed/${1//\//_}"
 }
 
 push_images() { # [registry]: each image not yet pushed there as this build; its digest into $cache/pushed/<registry>/
     local registry via auth_file ca_dir options=(--quiet)
-    use_registry "${1:-local}"
-    [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
-    [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
+    use_registry_to_push "${1:-local}"
     local pushed image name id digest
     pushed=$(pushed_dir "$registry")
     mkdir -p "$pushed"
@@ -233,9 +238,7 @@ previous() { # folder: e2e/upgrade/<version>: chart/ringfeed-<version>.tgz; pyth
     local folder released registry via auth_file ca_dir options=(--quiet) records wheels unpacked name id
     folder=$(cd "$1" && pwd) released=$(basename "$1")
     setup_buildah
-    use_registry local
-    [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
-    [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
+    use_registry_to_push local
     # The release's wheelhouse: its three packages (ringfeed built from its sdist) beside this build's wheels of the
     # dependencies, whose locked versions the release shares.
     wheels=$cache/wheels-$released
@@ -289,9 +292,7 @@ kueue_image() { # Kueue for the e2e's admission test (not Ringfeed's: neither in
 kueue_push() { # the image of kueue_image into the local registry (blobs it holds are not sent again); its record
     # (id, digest, reference) in $cache/kueue.pushed
     local registry via auth_file ca_dir options=(--quiet) record=$cache/kueue.pushed
-    use_registry local
-    [[ -n $auth_file ]] && options+=(--authfile "$auth_file")
-    [[ -n $ca_dir ]] && options+=(--cert-dir "$ca_dir")
+    use_registry_to_push local
     "${via[@]}" buildah push "${options[@]}" --digestfile "$record.digest" "$kueue" "docker://$registry/${kueue#localhost/}"
     echo "$(buildah inspect --type image --format '{{.FromImageID}}' "$kueue") $(cat "$record.digest")" \
         "$registry/${kueue#localhost/}" >"$record" && rm "$record.digest"

@@ -21,6 +21,7 @@ import uuid
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 
 from probes import attempts_from, check_isolated
 from ringfeed.splits import load_split
@@ -497,11 +498,8 @@ def kueue(cluster: Cluster, ns: str):
 
 def cpu_millis(pod) -> int:
     """CPU requested by a Pod spec's containers and (restartable) init containers, in millicores."""
-    total = 0
-    for container in [*pod.containers, *(pod.init_containers or [])]:
-        quantity = ((container.resources and container.resources.requests) or {}).get("cpu", "0")
-        total += int(quantity[:-1]) if quantity.endswith("m") else round(float(quantity) * 1000)
-    return total
+    return round(1000 * sum(parse_quantity(((c.resources and c.resources.requests) or {}).get("cpu", "0"))
+                            for c in [*pod.containers, *(pod.init_containers or [])]))
 
 
 def make_queues(cluster: Cluster, ns: str, cpu: int) -> None:

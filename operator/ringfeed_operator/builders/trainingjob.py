@@ -18,7 +18,7 @@ from ringfeed_client.protocol import FEED_DIR_ENV, TRAININGJOB_ENV
 from ringfeed_operator.builders.cache import cache_spec, host_dir, part_path
 from ringfeed_operator.builders.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, owner_reference
 from ringfeed_operator.builders.meta import pull_secrets, scrape_annotations
-from ringfeed_operator.builders.queue import queue_labels
+from ringfeed_operator.builders.queue import queue_labels, queue_name
 from ringfeed_operator.builders.ring import reader_login, ring_env, ring_volumes
 from ringfeed_operator.config import CacheConfig, JobsConfig
 from ringfeed_operator.isolation import SIDECAR_UID
@@ -158,7 +158,7 @@ def rank_job(trainingjob: dict, dataset: dict, catalog: str, split_version: int,
         "completionMode": "Indexed", "completions": replicas, "parallelism": replicas,
         "backoffLimit": spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT),
         # A queued Job waits suspended until Kueue admits it (builders.queue).
-        "suspend": bool(spec.get("suspend", False) or queue_labels(spec)),
+        "suspend": bool(spec.get("suspend", False)) or queue_name(spec) is not None,
         "template": template,
     }
     return {
