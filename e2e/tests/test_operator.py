@@ -130,7 +130,7 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
                                                                                     "delete")}
     needed |= {("control.k8ssandra.io", "cassandratasks", verb) for verb in ("list", "create")}
     needed |= {("kueue.x-k8s.io", "workloads", "list")}  # why a queued TrainingJob waits
-    needed |= {("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "create")}
+    needed |= {("", "pods", "list"), ("", "pods", "watch"), ("", "pods/log", "get"), ("", "events", "create")}
     # Services: a TrainingJob's rendezvous Service (get, create) and a cache tier's master Service (applied: patch,
     # deleted with spec.cache); a cache tier's StatefulSet and DaemonSets likewise; NetworkPolicies (applied).
     needed |= {(group, resource, verb) for group, resource in (("", "services"), ("apps", "statefulsets"),
@@ -138,7 +138,7 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
                                                                ("networking.k8s.io", "networkpolicies"))
                for verb in ("get", "create", "patch", "delete")}
     needed |= {("", "secrets", verb) for verb in ("get", "create", "patch")}
-    needed |= {("batch", "jobs", verb) for verb in ("get", "list", "create", "delete", "patch")}
+    needed |= {("batch", "jobs", verb) for verb in ("get", "list", "watch", "create", "delete", "patch")}
     needed |= {("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")}
     needed |= {("", "namespaces", verb) for verb in ("get", "list", "watch")}
     assert granted == needed  # exactly what the operator and kopf use: nothing missing, nothing more

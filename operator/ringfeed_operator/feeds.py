@@ -1,19 +1,23 @@
 """What the loader sidecars report on their HTTP port (``ringfeed serve``'s ``/status``): the operator reads it
 through the Pod network to fill a TrainingJob's status, and pauses the feed before a suspension with the job's
-control token (the sidecar refuses a pause without it)."""
+control token (the sidecar refuses a pause without it).
+
+Asynchronous, each Pod asked at once: a tick costs the slowest sidecar's answer (or the timeout), not their sum. The
+synchronous handlers (a suspension, a resize) run these with asyncio.run."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from ringfeed_operator.builders.trainingjob import SIDECAR_PORT
-from ringfeed_operator.tenant_http import ReplyRefused, request
+from ringfeed_operator.tenant_http import ReplyRefused, fetch
 
 TIMEOUT_S = 2.0
 STATUS_LIMIT_BYTES = 256 * 1024  # a sidecar's /status is about 1 kB
 
 
-def feed_status(pod: dict, pause_token: str | None = None) -> dict | None:
+async def feed_status(pod: dict, pause_token: str | None = None) -> dict | None:
     """The sidecar's report, or None while it cannot give one (starting, restarting, its Pod gone, an answer out of
     bounds). With `pause_token`, the sidecar first stops handing out batches, so that its position is final (before
     a suspension)."""
@@ -23,31 +27,43 @@ def feed_status(pod: dict, pause_token: str | None = None) -> dict | None:
     url = f"http://{ip}:{SIDECAR_PORT}/{'pause' if pause_token else 'status'}"
     headers = {"Authorization": f"Bearer {pause_token}"} if pause_token else {}
     try:
-        report = json.loads(request(url, method="POST" if pause_token else "GET", headers=headers,
-                                    limit_bytes=STATUS_LIMIT_BYTES, timeout_s=TIMEOUT_S))
+        report = json.loads(await fetch(url, method="POST" if pause_token else "GET", headers=headers,
+                                        limit_bytes=STATUS_LIMIT_BYTES, timeout_s=TIMEOUT_S))
     except (OSError, ValueError, ReplyRefused):
         return None
     return report if isinstance(report, dict) and report.get("ready") else None
 
 
-def command(pod: dict, token: str, path: str, payload: dict | None = None) -> bool:
+async def command(pod: dict, token: str, path: str, payload: dict | None = None) -> bool:
     """POST a control command to a Pod's sidecar (``/pause`` with a position to stop at: a resize's meeting point;
     ``/resume``); → whether it took it."""
     ip = (pod.get("status") or {}).get("podIP")
     if not ip:
         return False
     try:
-        request(f"http://{ip}:{SIDECAR_PORT}{path}", method="POST", headers={"Authorization": f"Bearer {token}"},
-                data=None if payload is None else json.dumps(payload).encode(), limit_bytes=STATUS_LIMIT_BYTES,
-                timeout_s=TIMEOUT_S)
+        await fetch(f"http://{ip}:{SIDECAR_PORT}{path}", method="POST", headers={"Authorization": f"Bearer {token}"},
+                    data=None if payload is None else json.dumps(payload).encode(), limit_bytes=STATUS_LIMIT_BYTES,
+                    timeout_s=TIMEOUT_S)
     except (OSError, ValueError, ReplyRefused):
         return False
     return True
 
 
-def rank_reports(pods: list[dict], pause_token: str | None = None) -> dict[int, dict]:
-    """Each rank's feed report, from the sidecars of `pods` that answer."""
-    return {feed["rank"]: feed for pod in pods for feed in feeds_of(feed_status(pod, pause_token))}
+async def command_all(pods: list[dict], token: str, path: str, payload: dict | None = None) -> list[bool]:
+    """`command` to every Pod at once."""
+    return list(await asyncio.gather(*(command(pod, token, path, payload) for pod in pods)))
+
+
+async def pod_feeds(pods: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """Each Pod with the feeds its sidecar reports now (none when it does not answer), every Pod asked at once."""
+    reports = await asyncio.gather(*(feed_status(pod) for pod in pods))
+    return [(pod, feeds_of(report)) for pod, report in zip(pods, reports, strict=True)]
+
+
+async def rank_reports(pods: list[dict], pause_token: str | None = None) -> dict[int, dict]:
+    """Each rank's feed report, from the sidecars of `pods` that answer (all asked at once)."""
+    reports = await asyncio.gather(*(feed_status(pod, pause_token) for pod in pods))
+    return {feed["rank"]: feed for report in reports for feed in feeds_of(report)}
 
 
 def feeds_of(report: dict | None) -> list[dict]:

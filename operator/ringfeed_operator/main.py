@@ -1,7 +1,12 @@
 """kopf registrations and the operator's start: each registration hands kopf's kwargs on to the handler of its kind
 (`handlers/`), which declares those it uses.
 
-The timers send only the status fields that changed (status.drop_unchanged_status).
+Built to stay light with thousands of objects (make bench-operator-scale):
+- the timers send only the status fields that changed (status.drop_unchanged_status);
+- the Jobs and the rank Pods come from watches filtered on the server by label (watched.py), not a GET and a LIST
+  per tick;
+- the indexes and a new object's first status are asynchronous (kopf's event loop): they never wait behind the
+  synchronous handlers in kopf's thread pool, where a Dataset's reconcile waits for the ring to make its keyspace.
 
 The function names are kopf's handler ids: kopf records a change handler's progress in annotations under its id
 (`operator.ringfeed.io/reconcile_dataset`...), an index is passed to handlers under its id, and the reconcile
@@ -19,16 +24,22 @@ import prometheus_client
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers import dataset, ring, split, trainingjob
-from ringfeed_operator.handlers.common import POLL_S
+from ringfeed_operator.handlers.common import POLL_S, accept
 from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS
 from ringfeed_operator.metrics import counted
 from ringfeed_operator.status import drop_unchanged_status
+from ringfeed_operator.watched import JOBS_SELECTOR, RANK_PODS_SELECTOR, job_entry, rank_pod_entry
 
 # Annotations and the finalizer carry Ringfeed's domain.
 ANNOTATION_PREFIX = "operator.ringfeed.io"
 FINALIZER = "ringfeed.io/protect"
 # How often a Ring's certificates are checked for renewal: far below the shortest validity allowed (an hour).
 CERTIFICATE_CHECK_S = 60
+JOBS = ("batch", "v1", "jobs")
+PODS = ("v1", "pods")
+# kopf's pool for the synchronous handlers (its default, min(32, CPUs + 4), is 6 on 2 CPUs): Dataset reconciles wait
+# there for the ring's schema changes, one at a time on the ring, while other objects' handlers queue behind them.
+HANDLER_THREADS = 16
 
 
 def run(config: Config) -> None:
@@ -52,6 +63,9 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.finalizer = FINALIZER
+    settings.execution.max_workers = HANDLER_THREADS
+    settings.watching.label_selectors[JOBS] = JOBS_SELECTOR
+    settings.watching.label_selectors[PODS] = RANK_PODS_SELECTOR
     # kopf's own events: warnings and errors only (its INFO "Timer succeeded" would be an event per object every
     # POLL_S). Ringfeed's events go through handlers.common.event, which is not filtered.
     settings.posting.level = logging.WARNING
@@ -62,16 +76,39 @@ def close_connections(memo: Context, **_) -> None:
     memo.rings.close()
 
 
+# -- What the watches keep (watched.py) -------------------------------------------------------------------------------
+
+@kopf.index(*JOBS)
+async def jobs_by_name(**kwargs) -> dict:
+    return job_entry(**kwargs)
+
+
+@kopf.index(*PODS)
+async def rank_pods(**kwargs) -> dict:
+    return rank_pod_entry(**kwargs)
+
+
 # -- Dataset ---------------------------------------------------------------------------------------------------------
 
 @kopf.index(*DATASETS)
-def datasets_by_keyspace(**kwargs) -> dict:
+async def datasets_by_keyspace(**kwargs) -> dict:
     return dataset.keyspace_index(**kwargs)
 
 
+@kopf.index(*DATASETS)
+async def dataset_specs(**kwargs) -> dict:
+    return dataset.spec_index(**kwargs)
+
+
 @kopf.index("namespaces")
-def cache_namespaces(**kwargs) -> dict:
+async def cache_namespaces(**kwargs) -> dict:
     return dataset.cache_namespace_index(**kwargs)
+
+
+@kopf.on.create(*DATASETS)  # before reconcile_dataset: kopf runs a cause's handlers in the order of registration
+@counted("Dataset")
+async def accept_dataset(**kwargs) -> None:
+    accept(**kwargs, next_step="making its tables on the ring")
 
 
 @kopf.on.create(*DATASETS)
@@ -98,8 +135,14 @@ def delete_dataset(**kwargs) -> None:
 # -- Split -----------------------------------------------------------------------------------------------------------
 
 @kopf.index(*SPLITS)
-def splits_by_dataset(**kwargs) -> dict:
+async def splits_by_dataset(**kwargs) -> dict:
     return split.dataset_index(**kwargs)
+
+
+@kopf.on.create(*SPLITS)
+@counted("Split")
+async def accept_split(**kwargs) -> None:
+    accept(**kwargs, next_step="its split Job starts once its Dataset is Ready")
 
 
 @kopf.on.create(*SPLITS)
@@ -132,6 +175,12 @@ def delete_split(**kwargs) -> None:
 # -- TrainingJob -----------------------------------------------------------------------------------------------------
 
 @kopf.on.create(*TRAININGJOBS)
+@counted("TrainingJob")
+async def accept_trainingjob(**kwargs) -> None:
+    accept(**kwargs, next_step="its ranks start once its Split is computed")
+
+
+@kopf.on.create(*TRAININGJOBS)
 @kopf.on.update(*TRAININGJOBS, field="spec")
 @kopf.on.resume(*TRAININGJOBS)
 @counted("TrainingJob")
@@ -141,16 +190,22 @@ def reconcile_trainingjob(**kwargs) -> None:
 
 @kopf.timer(*TRAININGJOBS, interval=POLL_S, initial_delay=POLL_S, when=trainingjob.in_progress)
 @counted("TrainingJob")
-def watch_trainingjob(**kwargs) -> None:
-    trainingjob.watch(**kwargs)
-    drop_unchanged_status(kwargs["patch"], kwargs["status"])
+async def watch_trainingjob(**kwargs) -> None:
+    await trainingjob.watch(**kwargs)
+    drop_unchanged_status(kwargs["patch"], kwargs["status"], incidental=trainingjob.INCIDENTAL_STATUS)
 
 
 # -- Ring ------------------------------------------------------------------------------------------------------------
 
 @kopf.index(*DATASETS)
-def datasets_by_ring(**kwargs) -> dict:
+async def datasets_by_ring(**kwargs) -> dict:
     return ring.dataset_index(**kwargs)
+
+
+@kopf.on.create(*RINGS)
+@counted("Ring")
+async def accept_ring(**kwargs) -> None:
+    accept(**kwargs, next_step="making its Cassandra datacenter")
 
 
 @kopf.on.create(*RINGS)

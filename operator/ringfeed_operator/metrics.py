@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
+from collections.abc import Iterator
 
 import kopf
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -82,22 +85,34 @@ class Metrics:
                 pass
 
 
+@contextlib.contextmanager
+def _counting(reconciles: Counter, kind: str, handler: str) -> Iterator[None]:
+    try:
+        yield
+    except kopf.TemporaryError:
+        reconciles.labels(kind, handler, "retry").inc()
+        raise
+    except Exception:
+        reconciles.labels(kind, handler, "error").inc()
+        raise
+    reconciles.labels(kind, handler, "ok").inc()
+
+
 def counted(kind: str):
     """Count a kopf handler's runs by result in ringfeed_operator_reconciles_total (the metrics come with the
-    handler's `memo`, the operator's Context)."""
+    handler's `memo`, the operator's Context). Synchronous and asynchronous handlers alike (kopf runs the first in
+    its thread pool, the second in its event loop)."""
     def decorate(handler):
-        @functools.wraps(handler)  # kopf takes the handler's id from the wrapped function's name
+        if inspect.iscoroutinefunction(handler):
+            @functools.wraps(handler)  # kopf takes the handler's id from the wrapped function's name
+            async def run_async(*args, **kwargs):
+                with _counting(kwargs["memo"].metrics.reconciles, kind, handler.__name__):
+                    return await handler(*args, **kwargs)
+            return run_async
+
+        @functools.wraps(handler)
         def run(*args, **kwargs):
-            reconciles = kwargs["memo"].metrics.reconciles
-            try:
-                result = handler(*args, **kwargs)
-            except kopf.TemporaryError:
-                reconciles.labels(kind, handler.__name__, "retry").inc()
-                raise
-            except Exception:
-                reconciles.labels(kind, handler.__name__, "error").inc()
-                raise
-            reconciles.labels(kind, handler.__name__, "ok").inc()
-            return result
+            with _counting(kwargs["memo"].metrics.reconciles, kind, handler.__name__):
+                return handler(*args, **kwargs)
         return run
     return decorate

@@ -4,7 +4,7 @@ state of a Job from its conditions. Pure."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Collection, Mapping, MutableMapping
 
 
 def now_rfc3339() -> str:
@@ -51,17 +51,18 @@ class Conditions:
         return sorted(self._items.values(), key=lambda c: c["type"])
 
 
-def drop_unchanged_status(patch: MutableMapping, status: Mapping) -> None:
+def drop_unchanged_status(patch: MutableMapping, status: Mapping, incidental: Collection[str] = ()) -> None:
     """Leave out of a handler's patch the status fields it sets to what they are already, and the status itself
     when nothing is left. kopf sends any status patch it is given, and the apiserver answers an unchanged one
     without writing it but as a request all the same: a timer that finds nothing new would cost a PATCH per object
-    per tick (make bench-operator-scale: a fifth of the operator's requests at rest)."""
+    per tick (make bench-operator-scale: a fifth of the operator's requests at rest). `incidental` fields (when the
+    figures were read) are sent only with a change of another field."""
     fields = patch.get("status")
     if not fields:
         return
     for key in [key for key, value in fields.items() if status.get(key) == value]:
         del fields[key]
-    if not fields:
+    if set(fields) <= set(incidental):
         del patch["status"]
 
 

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
+from ringfeed_operator import feeds
 from ringfeed_operator.feeds import feeds_of
 
 
@@ -28,3 +35,47 @@ def test_a_sidecar_of_release_0_1_0_reports_its_one_feed_at_the_top():
 ])
 def test_what_is_no_feed_report_is_left_out(report):
     assert feeds_of(report) == []
+
+
+class Sidecar(BaseHTTPRequestHandler):
+    """Answers /status only once every sidecar of the job has been asked: a client that asks one Pod after the other
+    breaks the barrier and gets HTTP 500."""
+
+    barrier: threading.Barrier
+
+    def do_GET(self):  # the name http.server calls
+        rank = int(self.server.server_address[0].rsplit(".", 1)[1]) - 2
+        try:
+            self.barrier.wait()
+            code, body = 200, json.dumps({"ready": True, "feeds": [feed(rank)]}).encode()
+        except threading.BrokenBarrierError:
+            code, body = 500, b"asked one at a time"
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def sidecars(monkeypatch) -> Iterator[list[dict]]:
+    """Three rank Pods' sidecars on loopback addresses of their own, on one port, as Pods have."""
+    Sidecar.barrier = threading.Barrier(3, timeout=feeds.TIMEOUT_S / 2)
+    first = ThreadingHTTPServer(("127.0.0.2", 0), Sidecar)
+    port = first.server_address[1]
+    servers = [first, *(ThreadingHTTPServer((f"127.0.0.{i}", port), Sidecar) for i in (3, 4))]
+    for server in servers:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(feeds, "SIDECAR_PORT", port)
+    yield [{"status": {"podIP": f"127.0.0.{i}"}} for i in (2, 3, 4)]
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_sidecars_of_a_job_are_asked_at_once(sidecars):
+    reports = asyncio.run(feeds.rank_reports([*sidecars, {"status": {}}]))  # a Pod without an address yet
+    assert sorted(reports) == [0, 1, 2]

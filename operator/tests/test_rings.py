@@ -11,9 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import ringfeed_operator
-from ringfeed.errors import StorageNotSupported
+from ringfeed.errors import RingfeedError, StorageNotSupported
 from ringfeed.ring import RingRef
 from ringfeed_operator import main
+from ringfeed_operator import rings as rings_module
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.dataset import keyspace_index
@@ -47,6 +48,65 @@ def test_the_login_comes_from_the_secrets_the_spec_names():
     assert Rings(kube).address("ml", STORAGE) != address  # a rotated password opens a new Store
 
 
+class CountedSecrets(Secrets):
+    def __init__(self, secrets: dict[str, dict[str, str]]):
+        super().__init__(secrets)
+        self.reads = 0
+
+    def secret_values(self, namespace: str, name: str, *keys: str) -> list[str]:
+        self.reads += 1
+        return super().secret_values(namespace, name, *keys)
+
+
+class Ring:
+    """Stands in for the data plane's connect: takes the password it holds, refuses any other."""
+
+    def __init__(self, password: str):
+        self.password = password
+        self.opened: list[str] = []
+
+    def connect(self, address):
+        if address.password != self.password:
+            raise RingfeedError("Bad credentials")
+        self.opened.append(address.password)
+        return Opened()
+
+
+class Opened:
+    def close(self) -> None:
+        pass
+
+
+LOGIN = {"external": {"contactPoints": ["cass-0.db"], "credentialsSecret": {"name": "cass"}}}
+
+
+def test_a_login_is_read_once_per_ttl_not_at_every_tick(monkeypatch):
+    ring, kube = Ring("p"), CountedSecrets({"cass": {"username": "u", "password": "p"}})
+    monkeypatch.setattr(rings_module, "connect", ring.connect)
+    rings = Rings(kube)
+    first = rings.store("ml", LOGIN)
+    assert all(rings.store("ml", LOGIN) is first for _ in range(10))
+    assert (kube.reads, ring.opened) == (1, ["p"])
+    expiring = Rings(kube, login_ttl_s=0)
+    expiring.store("ml", LOGIN)
+    expiring.store("ml", LOGIN)
+    assert kube.reads == 3  # read at each call once the TTL is over
+
+
+def test_a_refused_or_failed_login_is_read_again_at_the_next_call(monkeypatch):
+    ring, kube = Ring("new"), CountedSecrets({"cass": {"username": "u", "password": "old"}})
+    monkeypatch.setattr(rings_module, "connect", ring.connect)
+    rings = Rings(kube)
+    with pytest.raises(RingfeedError):
+        rings.store("ml", LOGIN)
+    kube.secrets["cass"]["password"] = "new"  # the admin fixes the Secret: taken at once, not after the TTL
+    store = rings.store("ml", LOGIN)
+    assert ring.opened == ["new"]
+    rings.forget(store)  # the ring failed: its login is read again with the reconnection
+    rings.store("ml", LOGIN)
+    assert kube.reads == 3 and ring.opened == ["new", "new"]
+
+
 def test_a_k8ssandra_dataset_claims_no_keyspace_and_is_told_why():
     assert keyspace_index("ml", "slides", {"storage": K8SSANDRA}, {}, {"creationTimestamp": "x"}) == {}
     memo = Context(config=Config(), kube=None, rings=None, metrics=Metrics(CollectorRegistry()))
@@ -56,7 +116,7 @@ def test_a_k8ssandra_dataset_claims_no_keyspace_and_is_told_why():
         main.reconcile_dataset(name="slides", namespace="ml", spec={"storage": K8SSANDRA, "schema": SCHEMA},
                                status={}, meta={"generation": 1, "creationTimestamp": "2026-11-22T10:00:00Z"},
                                body={}, memo=memo, patch=patch, splits_by_dataset={}, datasets_by_keyspace={},
-                               cache_namespaces={}, logger=None)
+                               cache_namespaces={}, jobs_by_name={}, logger=None)
     [ready] = patch.status["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "StorageNotSupported")
     with pytest.raises(StorageNotSupported):

@@ -60,3 +60,13 @@ def job(*conditions: tuple[str, str]) -> dict:
         "false-is-ignored"])
 def test_job_state_from_its_conditions(observed: dict | None, state: str):
     assert job_state(observed) == state
+
+
+def test_an_incidental_field_goes_out_only_with_a_change():
+    status = {"samplesDelivered": 40, "observedAt": "2026-11-27T10:00:00Z"}
+    idle = {"status": {"samplesDelivered": 40, "observedAt": "2026-11-27T10:00:05Z"}}
+    drop_unchanged_status(idle, status, incidental=("observedAt",))
+    assert idle == {}
+    moved = {"status": {"samplesDelivered": 48, "observedAt": "2026-11-27T10:00:05Z"}}
+    drop_unchanged_status(moved, status, incidental=("observedAt",))
+    assert moved == {"status": {"samplesDelivered": 48, "observedAt": "2026-11-27T10:00:05Z"}}

@@ -48,6 +48,7 @@ from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import STORE_ERRORS, event, give_up, open_store
 from ringfeed_operator.kube import JobRejected, ObjectRejected, SecretNotFound
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
+from ringfeed_operator.watched import job_of
 
 PERMANENT_REASONS = frozenset({"InvalidSpec", "StorageNotSupported", "SchemaMismatch"})
 DROP_ATTEMPTS = 5  # deletionPolicy Delete: after this many failed drops the keyspace is kept and the object goes
@@ -60,6 +61,12 @@ def keyspace_index(namespace: str, name: str, spec: dict, status: dict, meta: di
         return {ring_keyspace(namespace, name, spec): keyspace_claim(namespace, name, spec, status, meta)}
     except StorageNotSupported:
         return {}
+
+
+def spec_index(namespace: str, name: str, spec: dict, **_) -> dict:
+    """Datasets' specs by (namespace, name): a computed Split looks at its Dataset every DATASET_CHECK_S without a
+    request."""
+    return {(namespace, name): {"spec": dict(spec)}}
 
 
 def _keyspace_owner(namespace: str, name: str, spec: dict, status: dict, meta: dict, index: kopf.Index) -> tuple:
@@ -76,7 +83,7 @@ def cache_namespace_index(name: str, labels: Mapping, **_) -> dict:
 
 def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
               patch: kopf.Patch, splits_by_dataset: kopf.Index, datasets_by_keyspace: kopf.Index,
-              cache_namespaces: kopf.Index, **_) -> None:
+              cache_namespaces: kopf.Index, jobs_by_name: kopf.Index, **_) -> None:
     """Tables exist and match the spec; the ingest Job of the current spec.ingest exists."""
     generation = meta["generation"]
     conditions = Conditions(status.get("conditions"), generation)
@@ -129,7 +136,8 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         _ensure_ingest(name, namespace, spec, status, meta, body, schema.name, memo, patch, conditions)
     _ensure_cache(name, namespace, status, body, schema.name, memo, patch, namespace in cache_namespaces)
     _observe(name, namespace, spec, {**status, **patch.status}, meta, body, store, memo, patch, conditions,
-             len(splits_by_dataset.get((namespace, name), ())), namespace in cache_namespaces, force_refresh=True)
+             len(splits_by_dataset.get((namespace, name), ())), namespace in cache_namespaces, jobs_by_name,
+             force_refresh=True)
 
 
 def _grant_read(namespace: str, reader: CredentialsSecret, keyspace: str, store: Store, memo: Context,
@@ -267,7 +275,7 @@ def _observe_cache(name: str, namespace: str, spec: dict, status: dict, body: di
 
 def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
           patch: kopf.Patch, splits_by_dataset: kopf.Index, datasets_by_keyspace: kopf.Index,
-          cache_namespaces: kopf.Index, **_) -> None:
+          cache_namespaces: kopf.Index, jobs_by_name: kopf.Index, **_) -> None:
     """Follow the ingest Job, refresh the catalog figures every spec.refreshInterval, count the Splits."""
     conditions = Conditions(status.get("conditions"), meta["generation"])
     if (status.get("observedGeneration") != meta["generation"] or not status.get("keyspace")
@@ -286,11 +294,11 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
         patch.status["conditions"] = conditions.as_list()
         return
     _observe(name, namespace, spec, status, meta, body, store, memo, patch, conditions,
-             len(splits_by_dataset.get((namespace, name), ())), namespace in cache_namespaces)
+             len(splits_by_dataset.get((namespace, name), ())), namespace in cache_namespaces, jobs_by_name)
 
 
 def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Context, patch, conditions: Conditions,
-             splits: int, cache_allowed: bool, force_refresh: bool = False) -> None:
+             splits: int, cache_allowed: bool, jobs_by_name: kopf.Index, force_refresh: bool = False) -> None:
     recorded = dict(status.get("ingest") or {})
     job = recorded.get("jobName")
     state = "none"
@@ -301,7 +309,7 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
         elif recorded.get("failedAt"):
             state = "failed"
         else:
-            job_body = memo.kube.read_job(namespace, job)
+            job_body = job_of(jobs_by_name, namespace, job) or memo.kube.read_job(namespace, job)
             state = job_state(job_body)
     if state == "missing":  # deleted by hand before it finished: made again (ingest is idempotent)
         _ensure_ingest(name, namespace, spec, {}, meta, body, catalog_name(name, spec), memo, patch, conditions)

@@ -26,6 +26,7 @@ from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import POLL_S, STORE_ERRORS, event, give_up, open_store
 from ringfeed_operator.kube import JobRejected
 from ringfeed_operator.status import Conditions, job_state
+from ringfeed_operator.watched import job_of
 
 DATASET_CHECK_S = 30.0  # how often a computed Split checks that its Dataset and stored version are still there
 
@@ -93,11 +94,11 @@ def _ensure_split_job(namespace: str, spec: dict, body: dict, parameters: SplitS
 
 
 def watch_job(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
-              patch: kopf.Patch, **_) -> None:
+              patch: kopf.Patch, jobs_by_name: kopf.Index, **_) -> None:
     """When the split Job ends: the stored split's figures into status, or why it failed (final either way)."""
     generation = meta["generation"]
     conditions = Conditions(status.get("conditions"), generation)
-    job = memo.kube.read_job(namespace, status["jobName"])
+    job = job_of(jobs_by_name, namespace, status["jobName"]) or memo.kube.read_job(namespace, status["jobName"])
     state = job_state(job)
     if state == "failed" and job is not None:  # failed: read from the Job, so it exists
         message = memo.kube.job_failure(namespace, job)
@@ -135,10 +136,10 @@ def watch_job(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
 
 
 def watch_dataset(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
-                  patch: kopf.Patch, **_) -> None:
+                  patch: kopf.Patch, dataset_specs: kopf.Index, **_) -> None:
     """A computed Split is Ready only while its Dataset, and its stored version made from that dataset, exist."""
     conditions = Conditions(status.get("conditions"), meta["generation"])
-    dataset = memo.kube.read_object(namespace, "datasets", spec["dataset"])
+    dataset = next(iter(dataset_specs.get((namespace, spec["dataset"]), ())), None)  # the Dataset as last watched
     on_ring = stored = None
     if dataset is not None:
         catalog = catalog_name(spec["dataset"], dataset["spec"])

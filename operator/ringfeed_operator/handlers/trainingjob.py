@@ -4,6 +4,7 @@ through, once its Split is computed; its progress from the Job and the sidecars;
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import secrets
 from collections.abc import Mapping
@@ -36,13 +37,17 @@ from ringfeed_operator.builders.trainingjob import (
     world_size,
 )
 from ringfeed_operator.context import Context
-from ringfeed_operator.feeds import command, feed_status, feeds_of, rank_reports
+from ringfeed_operator.feeds import command_all, pod_feeds, rank_reports
 from ringfeed_operator.handlers.common import event, give_up
 from ringfeed_operator.isolation import dataset_secret_names, isolation_breaches, refusal, secret_references
 from ringfeed_operator.kube import JobRejected
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
+from ringfeed_operator.watched import job_of, rank_pods_of
 
 FINAL_PHASES = ("Succeeded", "Failed")
+# Status fields written only along with a change of another: when the figures were read (the samples rate is over
+# the time since).
+INCIDENTAL_STATUS = ("observedAt",)
 
 
 def in_progress(status: Mapping[str, Any], **_) -> bool:
@@ -184,7 +189,7 @@ def _suspend(name: str, namespace: str, status: dict, body: dict, memo: Context,
     pods = memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}")
     token = (memo.kube.secret_values(namespace, control_secret_name(name), CONTROL_KEY)[0]
              if body["spec"].get("access", "sidecar") == "sidecar" else None)
-    reports = rank_reports(pods, token) if token else {}
+    reports = asyncio.run(rank_reports(pods, token)) if token else {}
     ranks = rank_progress(status.get("ranks") or [], reports)
     patch.status["ranks"] = ranks
     if queue_name(body["spec"]):
@@ -225,22 +230,20 @@ def _resize(name: str, namespace: str, spec: dict, status: dict, body: dict, job
     pods = running_pods(memo.kube.pods(namespace, selector), job)
     resize = status.get("resize") or {}
     if resize.get("to") != new:
-        frozen = rank_reports(pods, token)  # every rank stops where it stands first
+        frozen = asyncio.run(rank_reports(pods, token))  # every rank stops where it stands first
         if sorted(frozen) != list(range(old)):
-            for pod in pods:  # not all answered: the others go on meanwhile
-                command(pod, token, "/resume")
+            asyncio.run(command_all(pods, token, "/resume"))  # not all answered: the others go on meanwhile
             raise kopf.TemporaryError(f"waiting for the sidecars of all {old} rank(s) to answer", delay=5)
         positions = [frozen[rank]["position"] for rank in range(old)]
         at = meeting_point(positions, new)
         if at is None:
             give_up(patch, conditions, generation, "ResizeRefused", "a rank delivered batches out of order (its "
                     "position skips some): the job cannot be resized", permanent=False, delay=60)
-        for pod in pods:
-            command(pod, token, "/pause", {"epoch": at[0], "offset": at[1]})
+        asyncio.run(command_all(pods, token, "/pause", {"epoch": at[0], "offset": at[1]}))
         _start_resize(body, patch, conditions, old, new, at)
         raise kopf.TemporaryError(f"the ranks go on to epoch {at[0]} position {at[1]}", delay=2)
     at = (resize["epoch"], resize["offset"])
-    feeds_by_pod = [(pod, feeds_of(feed_status(pod))) for pod in pods]  # one /status read per sidecar
+    feeds_by_pod = asyncio.run(pod_feeds(pods))  # one /status read per sidecar
     reports = {feed["rank"]: feed for _, feeds in feeds_by_pod for feed in feeds}
     if any((report["epoch"], report["offset"]) > at for report in reports.values()):
         # A sidecar that restarted meanwhile forgot where to stop and went past it: meet again, further on.
@@ -248,9 +251,9 @@ def _resize(name: str, namespace: str, spec: dict, status: dict, body: dict, job
               warning=True)
         patch.status["resize"] = None
         raise kopf.TemporaryError("the ranks meet again", delay=2)
-    for pod, feeds in feeds_by_pod:  # again for a sidecar that restarted: idempotent
-        if any(not feed.get("paused") for feed in feeds):
-            command(pod, token, "/pause", {"epoch": at[0], "offset": at[1]})
+    # Again for a sidecar that restarted: idempotent.
+    if unpaused := [pod for pod, feeds in feeds_by_pod if any(not feed.get("paused") for feed in feeds)]:
+        asyncio.run(command_all(unpaused, token, "/pause", {"epoch": at[0], "offset": at[1]}))
     positions = [reports[rank]["position"] for rank in range(old) if rank in reports]
     # Met: every rank at the position, its trainer done with its last batch (asking for the next: its checkpoint,
     # taken after a step, is at the position too).
@@ -275,8 +278,8 @@ def _call_off_resize(name: str, namespace: str, body: dict, job: dict, resize: d
                      patch: kopf.Patch, conditions: Conditions) -> None:
     """spec.replicas went back to the Job's size before it was made again: its ranks go on from where they are."""
     token = memo.kube.secret_values(namespace, control_secret_name(name), CONTROL_KEY)[0]
-    for pod in running_pods(memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}"), job):
-        command(pod, token, "/resume")
+    asyncio.run(command_all(running_pods(memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}"), job), token,
+                            "/resume"))
     patch.status["resize"] = None
     conditions.remove("Resizing")
     patch.status["conditions"] = conditions.as_list()
@@ -301,19 +304,24 @@ def _start_resize(body: dict, patch: kopf.Patch, conditions: Conditions, old: in
     event(body, "Resizing", message)
 
 
-def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
-          patch: kopf.Patch, **_) -> None:
-    """The Job's state and every rank's position, epoch and samples into status; an event per phase change."""
+async def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
+                patch: kopf.Patch, jobs_by_name: kopf.Index, rank_pods: kopf.Index, **_) -> None:
+    """The Job's state and every rank's position, epoch and samples into status; an event per phase change.
+
+    Asynchronous: the Job and its Pods come from the watches (watched.py), the sidecars are asked at once, and the
+    rare calls to the API server (a Job the watch has not seen, Kueue's Workloads, why a Job failed) run in threads,
+    so a tick holds no thread of kopf's pool while sidecars answer."""
     conditions = Conditions(status.get("conditions"), meta["generation"])
-    job = memo.kube.read_job(namespace, status["jobName"])
+    job = (job_of(jobs_by_name, namespace, status["jobName"])
+           or await asyncio.to_thread(memo.kube.read_job, namespace, status["jobName"]))
     state = job_state(job)
-    if state == "missing":
+    if job is None:
         return  # deleted by hand, or not made yet: reconcile (on resume) makes it again
     replicas, epochs = spec.get("replicas", 1), spec.get("epochs", 1)
-    live = running_pods(memo.kube.pods(namespace, f"{LABEL_TRAININGJOB}={name}"), job)
+    live = running_pods(rank_pods_of(rank_pods, namespace, name), job)
     ready = [p for p in live if pod_ready(p)]
     sidecars = spec.get("access", "sidecar") == "sidecar"
-    reports = rank_reports(live) if sidecars else {}  # posix: the trainers read files, nothing reports
+    reports = await rank_reports(live) if sidecars else {}  # posix: the trainers read files, nothing reports
     # Ranks of the world as it is: a resize's old ranks go with their Job.
     ranks = [item for item in rank_progress(status.get("ranks") or [], reports) if item["rank"] < world_size(spec)]
     recorded = (status.get("lineage") or {}).get("epochs") or []
@@ -326,14 +334,16 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     figures = summary(ranks, world_size(spec), epochs)
     now = now_rfc3339()
     rate = _rate(status, figures["samplesDelivered"], now)
-    held = bool((job or {}).get("spec", {}).get("suspend"))
+    held = bool(job["spec"].get("suspend"))
     queue = queue_name(spec)
-    if queue is not None and job is not None and state == "running":
-        _admission(body, namespace, queue, job, conditions, memo)
+    if queue is not None and state == "running":
+        workloads = await asyncio.to_thread(_workloads, namespace, job, memo) if held else None
+        _admission(body, queue, job, workloads, conditions)
     # A queued Job is suspended by Kueue only: it waits for admission.
     current = phase(state, held and queue is None, len(live))
     if current != status.get("phase"):
-        _phase_changed(body, namespace, job, current, memo, conditions, patch, now)
+        failure = await asyncio.to_thread(memo.kube.job_failure, namespace, job) if current == "Failed" else ""
+        _phase_changed(body, current, failure, memo, conditions, patch, now)
     conditions.set("Running", current == "Running", current)
     all_ready = current == "Running" and len(ready) == replicas
     if current not in FINAL_PHASES:
@@ -345,15 +355,18 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
         patch.status["startTime"] = now
 
 
-def _admission(body: dict, namespace: str, queue: str, job: dict, conditions: Conditions, memo: Context) -> None:
+def _workloads(namespace: str, job: dict, memo: Context) -> list[dict] | None:
+    """Kueue's Workloads of a Job waiting for admission; None when the cluster serves no Kueue API."""
+    try:
+        return memo.kube.list_custom(WORKLOADS, namespace, f"{JOB_UID_LABEL}={job['metadata']['uid']}")
+    except ApiException as error:
+        if error.status != 404:
+            raise
+        return None
+
+
+def _admission(body: dict, queue: str, job: dict, workloads: list[dict] | None, conditions: Conditions) -> None:
     """The Admitted condition from Kueue's Workload of the Job; an event when it changes."""
-    workloads: list[dict] | None = None
-    if job["spec"].get("suspend"):
-        try:
-            workloads = memo.kube.list_custom(WORKLOADS, namespace, f"{JOB_UID_LABEL}={job['metadata']['uid']}")
-        except ApiException as error:
-            if error.status != 404:
-                raise
     admitted, reason, message = admission(queue, job, workloads)
     if conditions.reason("Admitted") != reason:
         event(body, "Admitted" if admitted else "Queued", message, warning=reason == "KueueNotInstalled")
@@ -369,20 +382,19 @@ def _rate(status: dict, samples: int, now: str) -> int:
     return max(0, round((samples - before) / seconds)) if seconds > 0 else status.get("samplesPerSecond", 0)
 
 
-def _phase_changed(body: dict, namespace: str, job: dict | None, current: str, memo: Context,
-                   conditions: Conditions, patch: kopf.Patch, now: str) -> None:
+def _phase_changed(body: dict, current: str, failure: str, memo: Context, conditions: Conditions,
+                   patch: kopf.Patch, now: str) -> None:
     if current == "Succeeded":
         conditions.set("Succeeded", True, "AllEpochsDelivered", "every rank finished")
         conditions.set("Ready", False, "Succeeded", "the job has finished")
         patch.status["completionTime"] = now
         memo.metrics.job_outcomes.labels("trainer", "succeeded").inc()
         event(body, "Succeeded", "every rank finished")
-    elif current == "Failed" and job is not None:
-        message = memo.kube.job_failure(namespace, job)
-        conditions.set("Failed", True, "JobFailed", message)
-        conditions.set("Ready", False, "Failed", message)
+    elif current == "Failed":
+        conditions.set("Failed", True, "JobFailed", failure)
+        conditions.set("Ready", False, "Failed", failure)
         patch.status["completionTime"] = now
         memo.metrics.job_outcomes.labels("trainer", "failed").inc()
-        event(body, "Failed", message, warning=True)
+        event(body, "Failed", failure, warning=True)
     elif current == "Running":
         event(body, "Running", "ranks are running")
