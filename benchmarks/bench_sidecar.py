@@ -9,10 +9,17 @@ client (decoded 224×224 and stored bytes), each consumer touching every batch o
 first not timed (it absorbs the read-ahead each side did while the other ran). The ratio is the median over rounds
 of the paired rates. The client's copies are counted: every array must be a view of a slot.
 
-bench-train (`--train`): a small CNN (SGD steps on decoded 64×64 batches, torch on one core, the sidecar decoding
-on the other; `--model resnet50` on a GPU machine: ResNet-50 on 224×224 batches of 256) fed through the sidecar vs
-the same loop on one synthetic batch held in memory (the seed metric of the Alluxio/ResNet-50 study: steps/s with
-real data over steps/s with synthetic data). Rounds alternate the two.
+bench-train (`--train`): a training loop fed through the sidecar vs the same loop on one synthetic batch held in
+memory (the seed metric of the Alluxio/ResNet-50 study: steps/s with real data over steps/s with synthetic data).
+`--model small` (this machine): a small CNN on 64×64 batches, torch on one core and the sidecar decoding on the
+other; `resnet18` / `resnet50` (a GPU machine): torchvision's model on 224×224 batches of 256, the sidecar decoding
+RandomResizedCrop + flip with every core but two. `--images imagenet` feeds ImageNet-sized photographs (~500×375,
+~100 kB, bench_decode's) instead of the 20 kB set.
+
+A round cannot be flattered by what is buffered: each timed round takes at least ROUND_POOLS (20) times every batch
+the feed can hold ahead (the sidecar's prefetch + 1 slots and its loader's prefetch), so the buffers filled while the
+synthetic round ran are a twentieth of the fed round at most. Rounds alternate the two sides; each side's images/s
+and their ratio are printed per round, the bar is the median ratio.
 
 Ends with one BAR line per bar.
 """
@@ -47,7 +54,9 @@ from ringfeed_client import Blobs, Feed
 from bench_node import dedicated_node
 
 DATASET = "bench_sidecar"
-BARS = {"sidecar_vs_inprocess": 0.95, "train_vs_synthetic": 0.97}
+BARS = {"sidecar_vs_inprocess": 0.95, "train_vs_synthetic": 0.97, "train_vs_synthetic_resnet18": 0.97,
+        "train_vs_synthetic_resnet50": 0.97}
+ROUND_POOLS = 20  # a timed round takes this many times every batch the feed can hold ahead
 MAX_CLIENT_COPY_BYTES_PER_BATCH = 0
 EPOCHS = 3  # per side and round; the first one is not timed
 
@@ -136,36 +145,41 @@ def handoff(host: str, source: LoaderSource, tmp: Path, rounds: int, threads: in
     return worst, copies / batches
 
 
-def train(host: str, tmp: Path, rounds: int, steps: int, node_pid: int, model_name: str) -> float:
+def train(host: str, tmp: Path, rounds: int, node_pid: int, model_name: str) -> float:
     """Training steps/s fed by the sidecar over steps/s on one synthetic in-memory batch (median of rounds).
 
     ``small``: a small CNN on decoded 64×64 batches of 64, torch on one core and the sidecar decoding on the other.
-    ``resnet50`` (a GPU machine): torchvision's ResNet-50 on 224×224 batches of 256, bf16 autocast, channels-last,
-    the sidecar decoding with every core but two."""
+    ``resnet18`` / ``resnet50`` (a GPU machine): torchvision's model on 224×224 batches of 256, bf16 autocast,
+    channels-last, the sidecar decoding RandomResizedCrop + flip with every core but two."""
     import torch
 
     from ringfeed_client.torch import tensors
 
-    gpu = model_name == "resnet50"
+    gpu = model_name != "small"
     device = torch.device("cuda" if gpu else "cpu")
     torch.manual_seed(0)
     if gpu:
         import torchvision
 
-        batch, size, classes, threads = 256, 224, 1000, max(1, (os.cpu_count() or 4) - 2)
-        model = torchvision.models.resnet50().to(device, memory_format=torch.channels_last)
-        print(f"ResNet-50 on {torch.cuda.get_device_name(device)}; the sidecar decodes with {threads} threads")
+        batch, size, classes, threads, prefetch = 256, 224, 1000, max(1, (os.cpu_count() or 4) - 2), 4
+        model = getattr(torchvision.models, model_name)().to(device, memory_format=torch.channels_last)
+        print(f"{model_name} on {torch.cuda.get_device_name(device)}; the sidecar decodes with {threads} threads")
+        decode = ["--decode", f"{size}x{size}", "--resize", "random", "--flip", "0.5"]
     else:
         # The training step and the sidecar each get one of the 2 cores, as a GPU and the host's cores would: the
         # step's compute does not wait for decoding unless the feed is too slow, which is what the ratio shows.
         torch.set_num_threads(1)
-        batch, size, classes, threads = 64, 64, 10, 1
+        batch, size, classes, threads, prefetch = 64, 64, 10, 1, 2
         model = torch.nn.Sequential(
             torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
             torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
             torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
             torch.nn.Flatten(), torch.nn.Linear(128, classes))
+        decode = ["--decode", f"{size}x{size}"]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    # Every batch the feed holds ahead: the sidecar's slots (prefetch + 1) and its loader's read-ahead (prefetch).
+    buffered = 2 * prefetch + 1
+    steps = ROUND_POOLS * buffered
 
     def step(x: torch.Tensor, y: torch.Tensor) -> None:
         # The same work for both sides: uint8 NHWC from host memory to the device, then float NCHW.
@@ -181,8 +195,8 @@ def train(host: str, tmp: Path, rounds: int, steps: int, node_pid: int, model_na
         loss.backward()
         optimizer.step()
 
-    sidecar = Sidecar(host, tmp / "feed-train", "--batch-size", str(batch), "--decode", f"{size}x{size}",
-                      "--decode-threads", str(threads), "--prefetch", "4" if gpu else "2")
+    sidecar = Sidecar(host, tmp / "feed-train", "--batch-size", str(batch), *decode, "--decode-threads",
+                      str(threads), "--prefetch", str(prefetch))
     # The ring runs on machines of its own in a deployment: here its node yields the cores to the step and the
     # sidecar (nice 19), so the ratio shows the feed's cost, not this machine's third tenant.
     for thread in Path(f"/proc/{node_pid}/task").iterdir():  # niceness is per thread on Linux
@@ -190,26 +204,41 @@ def train(host: str, tmp: Path, rounds: int, steps: int, node_pid: int, model_na
     real = iter(tensors(_forever(sidecar.feed)))
     synthetic = (torch.randint(0, 256, (batch, size, size, 3), dtype=torch.uint8), torch.randint(0, classes, (batch,)))
 
-    def timed(batches: Callable[[], tuple]) -> float:
+    def timed(batches: Callable[[], tuple], count: int) -> float:
         started = time.perf_counter()
-        for _ in range(steps):
+        for _ in range(count):
             step(*batches())
         if gpu:
             torch.cuda.synchronize()
-        return steps / (time.perf_counter() - started)
+        return count / (time.perf_counter() - started)
 
     try:
-        timed(lambda: next(real))  # untimed: torch's first steps (cuDNN's choice of kernels), the node's caches
+        # Untimed: torch's first steps (cuDNN's choice of kernels), the node's caches, the feed's buffers filled.
+        timed(lambda: next(real), buffered * 2)
         ratios = []
-        print(f"\n{'round':>5} {'synthetic steps/s':>18} {'sidecar steps/s':>16} {'images/s':>9} {'ratio':>6}")
+        print(f"\n{steps} steps of {batch} per round: {ROUND_POOLS}× the {buffered} batches the feed holds ahead")
+        print(f"{'round':>5} {'synthetic images/s':>19} {'fed images/s':>13} {'ratio':>6}")
         for index in range(rounds):
-            fake = timed(lambda: synthetic)
-            fed = timed(lambda: next(real))
+            fake = timed(lambda: synthetic, steps)
+            fed = timed(lambda: next(real), steps)
             ratios.append(fed / fake)
-            print(f"{index:>5} {fake:>18.2f} {fed:>16.2f} {fed * batch:>9.0f} {fed / fake:>6.3f}", flush=True)
+            print(f"{index:>5} {fake * batch:>19,.0f} {fed * batch:>13,.0f} {fed / fake:>6.3f}", flush=True)
     finally:
         sidecar.stop()
     return statistics.median(ratios)
+
+
+def write_photographs(root: Path, count: int) -> int:
+    """bench_decode's ImageNet-sized photographs as an ImageFolder tree of 10 classes; → the bytes written."""
+    from bench_decode import photographs
+
+    written = 0
+    for index, jpeg in enumerate(photographs(count)):
+        folder = root / f"class{index % 10}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{index}.jpg").write_bytes(jpeg)
+        written += len(jpeg)
+    return written
 
 
 def _forever(feed: Feed):
@@ -222,16 +251,22 @@ def main() -> int:
     parser.add_argument("--train", action="store_true", help="bench-train instead of bench-sidecar.")
     parser.add_argument("--jpegs", type=int, default=4_000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=40, help="Training steps per round (--train).")
     parser.add_argument("--threads", type=int, default=2, help="Decode threads of either loader (bench-sidecar).")
-    parser.add_argument("--model", choices=("small", "resnet50"), default="small",
-                        help="--train: a small CNN on the CPU, or ResNet-50 on a GPU (CUDA).")
+    parser.add_argument("--model", choices=("small", "resnet18", "resnet50"), default="small",
+                        help="--train: a small CNN on the CPU, or ResNet-18/50 on a GPU (CUDA).")
+    parser.add_argument("--images", choices=("20k", "imagenet"), default="20k",
+                        help="320×240 JPEGs of ~20 kB, or ImageNet-sized photographs (~500×375, ~100 kB).")
     args = parser.parse_args()
     with dedicated_node("bench-sidecar", jmx_base=7540) as ring, tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         with Store(ClusterAddress(tuple(ring.hosts))) as store:
-            print(f"writing {args.jpegs:,} JPEGs (320×240) into the ring …", flush=True)
-            make_jpeg_folder(tmp / "jpegs", args.jpegs)
+            if args.images == "imagenet":
+                print(f"writing {args.jpegs:,} ImageNet-sized photographs into the ring …", flush=True)
+                written = write_photographs(tmp / "jpegs", args.jpegs)
+            else:
+                print(f"writing {args.jpegs:,} JPEGs (320×240) into the ring …", flush=True)
+                written = make_jpeg_folder(tmp / "jpegs", args.jpegs)
+            print(f"{written / args.jpegs / 1000:.0f} kB per JPEG on average")
             store.create_dataset(DatasetSchema(DATASET, (Column("path", "text"),), Encoding("jpeg")))
             ingest(store, DATASET, str(tmp / "jpegs"), IngestOptions(concurrency=64))
             create_split(store, DATASET, "all", SplitSpec(ratios=(1,), names=("train",)))
@@ -239,8 +274,8 @@ def main() -> int:
             settle(ring, source.keyspace)
         print(f"{os.cpu_count()} cores; sidecar and loader with {args.threads} decode thread(s)")
         if args.train:
-            bars = [("train_vs_synthetic", train(ring.hosts[0], tmp, args.rounds, args.steps, ring.pid(1),
-                                                 args.model))]
+            name = "train_vs_synthetic" + ("" if args.model == "small" else f"_{args.model}")
+            bars = [(name, train(ring.hosts[0], tmp, args.rounds, ring.pid(1), args.model))]
         else:
             ratio, copied = handoff(ring.hosts[0], source, tmp, args.rounds, args.threads)
             bars = [("sidecar_vs_inprocess", ratio)]
