@@ -24,7 +24,7 @@ def _trimmed_metadata(meta: Mapping) -> dict:
     return {key: meta[key] for key in _METADATA if meta.get(key) is not None}
 
 
-def job_entry(namespace: str, name: str, body: Mapping) -> dict:
+def job_entry(namespace: str, name: str, body: Mapping, **_) -> dict:
     """Index of Jobs by (namespace, name): what job_state, a resize, a suspension and Kueue's admission read."""
     spec = body.get("spec") or {}
     return {(namespace, name): {"metadata": _trimmed_metadata(body.get("metadata") or {}),
@@ -32,7 +32,7 @@ def job_entry(namespace: str, name: str, body: Mapping) -> dict:
                                 "status": dict(body.get("status") or {})}}
 
 
-def rank_pod_entry(namespace: str, labels: Mapping, body: Mapping) -> dict:
+def rank_pod_entry(namespace: str, labels: Mapping, body: Mapping, **_) -> dict:
     """Index of rank Pods by (namespace, TrainingJob): what running_pods, pod_ready and the sidecar calls read."""
     status = body.get("status") or {}
     return {(namespace, labels[LABEL_TRAININGJOB]): {

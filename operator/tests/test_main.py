@@ -182,3 +182,19 @@ def test_a_new_object_is_told_at_once_that_it_was_seen_and_what_it_waits_for():
     asyncio.run(main.accept_trainingjob(status={"conditions": [ready]}, meta={"generation": 1}, patch=again,
                                         memo=memo, logger=None))
     assert not again
+
+
+def test_the_indexes_take_every_kwarg_kopf_gives():
+    """kopf hands an indexer all of its kwargs (param, logger, memo, the other indexes...), not only those it reads."""
+    body = {"metadata": {"name": "train-0", "namespace": "ml", "labels": {"ringfeed.io/trainingjob": "train"},
+                         "creationTimestamp": "2026-11-27T10:00:00Z"},
+            "spec": {}, "status": {"phase": "Running"}}
+    extra = {"param": None, "logger": None, "memo": None, "resource": None, "patch": kopf.Patch(), "uid": "u",
+             "meta": body["metadata"], "spec": {}, "status": body["status"], "annotations": {}, "body": body}
+    kwargs = {**extra, "namespace": "ml", "name": "train-0", "labels": body["metadata"]["labels"]}
+    assert list(asyncio.run(main.rank_pods(**kwargs))) == [("ml", "train")]
+    assert list(asyncio.run(main.jobs_by_name(**kwargs))) == [("ml", "train-0")]
+    datasets = {**kwargs, "spec": {"storage": {"external": {"contactPoints": ["ring"]}}}}
+    for index in (main.datasets_by_keyspace, main.dataset_specs, main.datasets_by_ring, main.splits_by_dataset,
+                  main.cache_namespaces):
+        asyncio.run(index(**datasets))
