@@ -76,8 +76,11 @@ prometheus: $(PROMTOOL) $(PROMETHEUS_OPERATOR_CRDS) ## Prometheus + promtool (De
 alluxio: deps ## The cache tier's runtime: Ringfeed's Alluxio extension (+ its unit tests), Alluxio 2.9.6's jars, libfuse3
 	@scripts/build-alluxio.sh $(CURDIR)/.cache/alluxio
 
-k8s-binaries: ## Build etcd, Kubernetes v1.33 (kubectl, kube-proxy), CoreDNS, helm, kwok and kube-router from the Go module proxy
+k8s-binaries: ## Build etcd, Kubernetes v1.33 (kubectl, kube-proxy), CoreDNS, helm and kube-router from the Go module proxy
 	@e2e/cluster/build-binaries.sh
+
+kwok: ## Build kwok (simulated nodes of bench-operator-scale) from the Go module proxy
+	@e2e/cluster/build-kwok.sh
 
 node-packages: ## Debian packages of the local node and image builds: containerd, runc, CNI plugins, nftables, buildah; ipset into .cache
 	@e2e/cluster/install-packages.sh
@@ -231,7 +234,7 @@ bench-ring-scale: deps k8s-binaries images ## A Ring resized RF → RF+1 → RF 
 	$(PY) benchmarks/bench_ring_scale.py $(CURDIR)/.state/bench/ring-scale-rf$(RF).json \
 	  --plot docs/bench-ring-scale-rf$(RF).svg
 
-bench-operator-scale: deps k8s-binaries chart ## The operator under COUNT (1,000) Datasets, Splits and TrainingJobs, their Pods on kwok's simulated nodes: status latency, CPU, memory, apiserver requests at rest and under churn (BAR lines)
+bench-operator-scale: deps k8s-binaries kwok chart ## The operator under COUNT (1,000) Datasets, Splits and TrainingJobs, their Pods on kwok's simulated nodes: status latency, CPU, memory, apiserver requests at rest and under churn (BAR lines)
 	e2e/cluster/cluster.sh run $(PY) -X faulthandler benchmarks/bench_operator_scale.py --count $(or $(COUNT),1000)
 
 capacity: | $(VENV)/.installed ## The capacity model (docs/capacity.md): sizing table of the worked examples, docs/capacity.svg and .csv
@@ -242,4 +245,4 @@ capacity: | $(VENV)/.installed ## The capacity model (docs/capacity.md): sizing 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus alluxio k8s-binaries node-packages wheels images push chart previous-release kueue cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-decode bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale bench-operator-scale capacity clean
+.PHONY: help deps prometheus alluxio k8s-binaries kwok node-packages wheels images push chart previous-release kueue cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-decode bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale bench-operator-scale capacity clean

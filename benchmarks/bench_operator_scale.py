@@ -214,7 +214,7 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
                      "operator.verbose=false", "--wait", "--timeout", "180s", timeout=240)
         operator = Operator(cluster)
         probes.apply_flow_schemas(cluster, folder, SYSTEM, operator.service_account)
-        nodes = SimulatedNodes(cluster.core, CACHE / "k8s" / "bin" / "kwok", cluster.kubeconfig,
+        nodes = SimulatedNodes(cluster.core, CACHE / "kwok" / "bin" / "kwok", cluster.kubeconfig,
                                folder / "kwok.log", args.nodes)
         nodes.start()
         progress(f"chart installed, {args.nodes} simulated nodes Ready, the real node cordoned")

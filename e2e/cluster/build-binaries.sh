@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries from the Go module proxy (no release downloads are reachable here):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl, CoreDNS, helm, kwok
-# kube-router (the NetworkPolicy engine) and the image registry (CNCF Distribution) with its htpasswd writer.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl, CoreDNS, helm,
+# kube-router (the NetworkPolicy engine) and the image registry (CNCF Distribution) with its htpasswd writer. kwok,
+# which only make bench-operator-scale runs, is build-kwok.sh's.
 #
 # Output: $RINGFEED_CACHE/k8s/<key>/bin, where <key> hashes the pinned wrapper modules and this script, and a
 # symlink $RINGFEED_CACHE/k8s/bin pointing at it. A key that is already built is reused at once; changing a pinned
@@ -15,12 +16,15 @@ cache=${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s
 # shellcheck source=versions.env
 source "$here/versions.env"
 
-key=$(cd "$here" && cat build-binaries.sh versions.env gomod/*/go.mod gomod/*/go.sum gomod/*/main.go \
-      | sha256sum | cut -c1-16)
+pinned=()
+for module in etcd helm coredns kube-router registry k8s; do
+    pinned+=("gomod/$module/go.mod" "gomod/$module/go.sum")
+done
+key=$(cd "$here" && cat build-binaries.sh versions.env "${pinned[@]}" gomod/*/main.go | sha256sum | cut -c1-16)
 out=$cache/$key
 if [[ -f $out/.complete ]]; then
     ln -sfn "$key/bin" "$cache/bin"
-    echo "k8s binaries: reusing $out/bin (Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, CoreDNS v$COREDNS_VERSION, helm v$HELM_VERSION, kwok v$KWOK_VERSION, kube-router v$KUBE_ROUTER_VERSION, registry v$REGISTRY_VERSION)"
+    echo "k8s binaries: reusing $out/bin (Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, CoreDNS v$COREDNS_VERSION, helm v$HELM_VERSION, kube-router v$KUBE_ROUTER_VERSION, registry v$REGISTRY_VERSION)"
     exit 0
 fi
 
@@ -50,8 +54,6 @@ step "helm v$HELM_VERSION"
 (cd "$here/gomod/helm" && go build -trimpath -o "$out/bin/helm" \
     -ldflags "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean $helm_kube" \
     helm.sh/helm/v3/cmd/helm)
-step "kwok v$KWOK_VERSION"
-(cd "$here/gomod/kwok" && go build -trimpath -o "$out/bin/kwok" sigs.k8s.io/kwok/cmd/kwok)
 step "CoreDNS v$COREDNS_VERSION (cluster-DNS plugins only)"
 (cd "$here/gomod/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/bin/coredns" .)
 step "kube-router v$KUBE_ROUTER_VERSION (run as the NetworkPolicy engine only)"
@@ -64,7 +66,8 @@ step "registry v$REGISTRY_VERSION (CNCF Distribution) and registry-htpasswd"
     github.com/distribution/distribution/v3/cmd/registry \
     && go build -trimpath -ldflags "-s -w" -o "$out/bin/registry-htpasswd" .)
 step "Kubernetes v$K8S_VERSION: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl (cold: ~10 min)"
-(cd "$here/gomod/k8s" && go build -trimpath -ldflags "$ldflags" -o "$out/bin/" \
+# -s -w as Kubernetes' own release builds: no symbol table or DWARF, a shorter link of six large binaries.
+(cd "$here/gomod/k8s" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
     k8s.io/kubernetes/cmd/kubectl)
