@@ -358,7 +358,9 @@ case "${1:-}" in
     chart) chart "${2:-local}" ;;
     previous) timed "previous release" previous "${2:?usage: build.sh previous FOLDER}" ;;
     kueue-image) kueue_image ;;
-    kueue) kueue_image && kueue_push ;;
+    # Not `kueue_image && kueue_push`: a function on the left of && runs without errexit, and a failed Go build went
+    # on to record an empty build as done.
+    kueue) kueue_image; kueue_push ;;
     archives) archives ;;
     wheels) build_wheels ;;
     *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
