@@ -54,16 +54,20 @@ async def command_all(pods: list[dict], token: str, path: str, payload: dict | N
     return list(await asyncio.gather(*(command(pod, token, path, payload) for pod in pods)))
 
 
-async def pod_feeds(pods: list[dict]) -> list[tuple[dict, list[dict]]]:
+async def pod_feeds(pods: list[dict], pause_token: str | None = None) -> list[tuple[dict, list[dict]]]:
     """Each Pod with the feeds its sidecar reports now (none when it does not answer), every Pod asked at once."""
-    reports = await asyncio.gather(*(feed_status(pod) for pod in pods))
+    reports = await asyncio.gather(*(feed_status(pod, pause_token) for pod in pods))
     return [(pod, feeds_of(report)) for pod, report in zip(pods, reports, strict=True)]
+
+
+def by_rank(feeds_by_pod: list[tuple[dict, list[dict]]]) -> dict[int, dict]:
+    """The feed reports of `pod_feeds` by rank."""
+    return {feed["rank"]: feed for _, feeds in feeds_by_pod for feed in feeds}
 
 
 async def rank_reports(pods: list[dict], pause_token: str | None = None) -> dict[int, dict]:
     """Each rank's feed report, from the sidecars of `pods` that answer (all asked at once)."""
-    reports = await asyncio.gather(*(feed_status(pod, pause_token) for pod in pods))
-    return {feed["rank"]: feed for report in reports for feed in feeds_of(report)}
+    return by_rank(await pod_feeds(pods, pause_token))
 
 
 def feeds_of(report: dict | None) -> list[dict]:

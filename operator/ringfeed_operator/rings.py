@@ -39,7 +39,7 @@ class Rings:
         with self._lock:
             kept = self._logins.get(key)
         fresh = kept is None or kept[1] < time.monotonic()
-        address = self.address(namespace, storage) if fresh or kept is None else kept[0]
+        address = kept[0] if kept is not None and not fresh else self.address(namespace, storage)
         with self._lock:
             store = self._stores.get(address)
             if store is None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from loopback_http import Replies, serving
 
 from ringfeed_operator import feeds
 from ringfeed_operator.feeds import feeds_of
@@ -37,7 +38,7 @@ def test_what_is_no_feed_report_is_left_out(report):
     assert feeds_of(report) == []
 
 
-class Sidecar(BaseHTTPRequestHandler):
+class Sidecar(Replies):
     """Answers /status only once every sidecar of the job has been asked: a client that asks one Pod after the other
     breaks the barrier and gets HTTP 500."""
 
@@ -50,30 +51,19 @@ class Sidecar(BaseHTTPRequestHandler):
             code, body = 200, json.dumps({"ready": True, "feeds": [feed(rank)]}).encode()
         except threading.BrokenBarrierError:
             code, body = 500, b"asked one at a time"
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(code, body)
 
 
 @pytest.fixture
 def sidecars(monkeypatch) -> Iterator[list[dict]]:
     """Three rank Pods' sidecars on loopback addresses of their own, on one port, as Pods have."""
     Sidecar.barrier = threading.Barrier(3, timeout=feeds.TIMEOUT_S / 2)
-    first = ThreadingHTTPServer(("127.0.0.2", 0), Sidecar)
-    port = first.server_address[1]
-    servers = [first, *(ThreadingHTTPServer((f"127.0.0.{i}", port), Sidecar) for i in (3, 4))]
-    for server in servers:
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr(feeds, "SIDECAR_PORT", port)
-    yield [{"status": {"podIP": f"127.0.0.{i}"}} for i in (2, 3, 4)]
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with contextlib.ExitStack() as servers:
+        port = servers.enter_context(serving(Sidecar, "127.0.0.2")).server_address[1]
+        for i in (3, 4):
+            servers.enter_context(serving(Sidecar, f"127.0.0.{i}", port))
+        monkeypatch.setattr(feeds, "SIDECAR_PORT", port)
+        yield [{"status": {"podIP": f"127.0.0.{i}"}} for i in (2, 3, 4)]
 
 
 def test_the_sidecars_of_a_job_are_asked_at_once(sidecars):

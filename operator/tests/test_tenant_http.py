@@ -3,24 +3,23 @@ can: too much, too slowly, an error, a lie about its length."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from loopback_http import Replies, serving
 
 from ringfeed_operator.tenant_http import ReplyRefused, request
 
 
-class Tenant(BaseHTTPRequestHandler):
+class Tenant(Replies):
     def do_GET(self):  # the name http.server calls
         if self.path == "/small":
-            self._send(200, b"x" * 100)
+            self.reply(200, b"x" * 100)
         elif self.path == "/large":
-            self._send(200, b"x" * 5000)
+            self.reply(200, b"x" * 5000)
         elif self.path == "/error":
-            self._send(500, b"no")
+            self.reply(500, b"no")
         elif self.path == "/unbounded":  # no Content-Length: streams until the client gives up
             self.send_response(200)
             self.end_headers()
@@ -41,25 +40,13 @@ class Tenant(BaseHTTPRequestHandler):
                 pass
 
     def do_POST(self):  # the name http.server calls
-        self._send(200, self.headers.get("Authorization", "").encode())
-
-    def _send(self, code: int, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(200, self.headers.get("Authorization", "").encode())
 
 
 @pytest.fixture(scope="module")
 def tenant() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Tenant)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(Tenant) as server:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def test_a_reply_within_bounds_is_read_whole(tenant):

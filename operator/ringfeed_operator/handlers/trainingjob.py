@@ -37,7 +37,7 @@ from ringfeed_operator.builders.trainingjob import (
     world_size,
 )
 from ringfeed_operator.context import Context
-from ringfeed_operator.feeds import command_all, pod_feeds, rank_reports
+from ringfeed_operator.feeds import by_rank, command_all, pod_feeds, rank_reports
 from ringfeed_operator.handlers.common import event, give_up
 from ringfeed_operator.isolation import dataset_secret_names, isolation_breaches, refusal, secret_references
 from ringfeed_operator.kube import JobRejected
@@ -244,7 +244,7 @@ def _resize(name: str, namespace: str, spec: dict, status: dict, body: dict, job
         raise kopf.TemporaryError(f"the ranks go on to epoch {at[0]} position {at[1]}", delay=2)
     at = (resize["epoch"], resize["offset"])
     feeds_by_pod = asyncio.run(pod_feeds(pods))  # one /status read per sidecar
-    reports = {feed["rank"]: feed for _, feeds in feeds_by_pod for feed in feeds}
+    reports = by_rank(feeds_by_pod)
     if any((report["epoch"], report["offset"]) > at for report in reports.values()):
         # A sidecar that restarted meanwhile forgot where to stop and went past it: meet again, further on.
         event(body, "ResizeRetried", f"a rank went past epoch {at[0]} position {at[1]}: the ranks meet again",
