@@ -18,8 +18,8 @@ RandomResizedCrop + flip with every core but two. `--images imagenet` feeds Imag
 
 A round cannot be flattered by what is buffered: each timed round takes at least ROUND_POOLS (20) times every batch
 the feed can hold ahead (the sidecar's prefetch + 1 slots and its loader's prefetch), so the buffers filled while the
-synthetic round ran are a twentieth of the fed round at most. Rounds alternate the two sides; each side's images/s
-and their ratio are printed per round, the bar is the median ratio.
+synthetic round ran are a twentieth of the fed round at most. Each round runs both sides, the fed one second in even
+rounds and first in odd ones; each side's images/s and their ratio are printed per round, the bar is the median ratio.
 
 Ends with one BAR line per bar.
 """
@@ -219,8 +219,13 @@ def train(host: str, tmp: Path, rounds: int, node_pid: int, model_name: str) -> 
         print(f"\n{steps} steps of {batch} per round: {ROUND_POOLS}× the {buffered} batches the feed holds ahead")
         print(f"{'round':>5} {'synthetic images/s':>19} {'fed images/s':>13} {'ratio':>6}")
         for index in range(rounds):
-            fake = timed(lambda: synthetic, steps)
-            fed = timed(lambda: next(real), steps)
+            # Which side goes first turns round each round: neither always follows the other's pause.
+            if index % 2:
+                fed = timed(lambda: next(real), steps)
+                fake = timed(lambda: synthetic, steps)
+            else:
+                fake = timed(lambda: synthetic, steps)
+                fed = timed(lambda: next(real), steps)
             ratios.append(fed / fake)
             print(f"{index:>5} {fake * batch:>19,.0f} {fed * batch:>13,.0f} {fed / fake:>6.3f}", flush=True)
     finally:
