@@ -12,26 +12,21 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-cache=${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s
 # shellcheck source=versions.env
 source "$here/versions.env"
+# shellcheck source=keyed-build.sh
+source "$here/keyed-build.sh"
 
 pinned=()
 for module in etcd helm coredns kube-router registry k8s; do
     pinned+=("gomod/$module/go.mod" "gomod/$module/go.sum")
 done
-key=$(cd "$here" && cat build-binaries.sh versions.env "${pinned[@]}" gomod/*/main.go | sha256sum | cut -c1-16)
-out=$cache/$key
-if [[ -f $out/.complete ]]; then
-    ln -sfn "$key/bin" "$cache/bin"
+if keyed_build_reuse "${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s" "$here" \
+        build-binaries.sh keyed-build.sh versions.env "${pinned[@]}" gomod/*/main.go; then
     echo "k8s binaries: reusing $out/bin (Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, CoreDNS v$COREDNS_VERSION, helm v$HELM_VERSION, kube-router v$KUBE_ROUTER_VERSION, registry v$REGISTRY_VERSION)"
     exit 0
 fi
-
-command -v go >/dev/null || { echo "error: Go is needed to build the cluster binaries (apt install golang or go.dev)" >&2; exit 1; }
-export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
-rm -rf "$out" && mkdir -p "$out/bin"
-started=$(date +%s)
+keyed_build_start
 step() { echo "k8s binaries: $1 …"; }
 
 # Kubernetes reports its version from these variables; without them it says v0.0.0-master.
@@ -72,8 +67,5 @@ step "Kubernetes v$K8S_VERSION: kube-apiserver, kube-controller-manager, kube-sc
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
     k8s.io/kubernetes/cmd/kubectl)
 
-touch "$out/.complete"
-ln -sfn "$key/bin" "$cache/bin"
-# Builds of earlier pinned versions are of no further use.
-find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
+keyed_build_done
 echo "k8s binaries: built in $(( $(date +%s) - started )) s into $out/bin ($(du -sh "$out/bin" | cut -f1))"
