@@ -17,12 +17,12 @@ source "$here/versions.env"
 # shellcheck source=keyed-build.sh
 source "$here/keyed-build.sh"
 
-pinned=()
+pinned=("$here"/{build-binaries.sh,keyed-build.sh,versions.env} "$here"/gomod/*/main.go)
 for module in etcd helm coredns kube-router registry k8s; do
-    pinned+=("gomod/$module/go.mod" "gomod/$module/go.sum")
+    pinned+=("$here/gomod/$module/go.mod" "$here/gomod/$module/go.sum")
 done
-if keyed_build_reuse "${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s" "$here" \
-        build-binaries.sh keyed-build.sh versions.env "${pinned[@]}" gomod/*/main.go; then
+keyed_build_key "${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s" "${pinned[@]}"
+if keyed_build_reused; then
     echo "k8s binaries: reusing $out/bin (Kubernetes v$K8S_VERSION, etcd v$ETCD_VERSION, CoreDNS v$COREDNS_VERSION, helm v$HELM_VERSION, kube-router v$KUBE_ROUTER_VERSION, registry v$REGISTRY_VERSION)"
     exit 0
 fi

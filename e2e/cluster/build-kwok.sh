@@ -11,8 +11,9 @@ source "$here/versions.env"
 # shellcheck source=keyed-build.sh
 source "$here/keyed-build.sh"
 
-if keyed_build_reuse "${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/kwok" "$here" \
-        build-kwok.sh keyed-build.sh gomod/kwok/go.mod gomod/kwok/go.sum; then
+keyed_build_key "${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/kwok" \
+    "$here"/{build-kwok.sh,keyed-build.sh} "$here"/gomod/kwok/go.{mod,sum}
+if keyed_build_reused; then
     echo "kwok: reusing $out/bin/kwok (v$KWOK_VERSION)"
     exit 0
 fi

@@ -2,12 +2,17 @@
 # Sourced by build-binaries.sh and build-kwok.sh: Go builds kept under $cache/<key>/bin, where <key> hashes the files
 # that pin them, with a symlink $cache/bin to the current one. A key already built is reused at once.
 
-# keyed_build_reuse CACHE DIR FILE…: sets `key` (of the FILEs, relative to DIR) and `out` ($CACHE/<key>); links
-# $CACHE/bin and succeeds when that key is built, else fails (the caller builds into $out/bin, then keyed_build_done).
-keyed_build_reuse() {
+# keyed_build_key CACHE FILE…: sets `key` (of the FILEs' contents) and `out` ($CACHE/<key>). Not in a condition: a
+# FILE that is missing must stop the build (errexit does not apply inside an `if`).
+keyed_build_key() {
     cache=$1
-    key=$(cd "$2" && cat "${@:3}" | sha256sum | cut -c1-16)
+    key=$(cat "${@:2}" | sha256sum | cut -c1-16)
     out=$cache/$key
+}
+
+# keyed_build_reused: when `key` is built, links $cache/bin to it and succeeds; else fails (the caller builds into
+# $out/bin after keyed_build_start, then calls keyed_build_done).
+keyed_build_reused() {
     [[ -f $out/.complete ]] && ln -sfn "$key/bin" "$cache/bin"
 }
 
