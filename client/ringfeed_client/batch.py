@@ -7,11 +7,18 @@ import numpy as np
 
 class Blobs:
     """Undecoded samples of a batch: one uint8 buffer and int64 (start, end) spans, one row per sample;
-    ``blobs[i]`` is sample i's bytes (a memoryview, no copy)."""
+    ``blobs[i]`` is sample i's bytes (a memoryview, no copy).
 
-    def __init__(self, data: np.ndarray, spans: np.ndarray):
+    Images whose decode is the trainer's (``decode.device: gpu``) come with ``boxes``, int32 (left, top, width,
+    height, flip) per sample: the part of the image the loader's own decode would take, and whether it mirrors it;
+    ``image`` is the (height, width, channels) to decode them to. ``ringfeed_client.torch.tensors`` decodes them."""
+
+    def __init__(self, data: np.ndarray, spans: np.ndarray, boxes: np.ndarray | None = None,
+                 image: tuple[int, int, int] | None = None):
         self.data = data
         self.spans = spans
+        self.boxes = boxes
+        self.image = image
 
     def __len__(self) -> int:
         return len(self.spans)

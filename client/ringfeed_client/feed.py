@@ -42,7 +42,8 @@ class Feed:
     TrainingJob asked for. Each batch is ``(x, y)`` (``(x, y, uuids)`` with ``with_uuids``): numpy arrays that are
     views of the sidecar's shared memory, valid until the next batch is asked for (copy what you keep longer).
     x is uint8 (n, height, width, channels) for decoded images, the dataset's dtype and shape for tensors, or
-    ``Blobs`` (the stored bytes); y is int64 (n,); uuids is uint8 (n, 16).
+    ``Blobs`` (the stored bytes; with ``decode.device: gpu`` each image's crop too, for ``ringfeed_client.torch.
+    tensors`` to decode on the GPU); y is int64 (n,); uuids is uint8 (n, 16).
 
     ``state_dict()`` is the position after the last batch handed out: save it with the model and give it back to
     ``load_state_dict`` after a restart, before iterating, and the sidecar continues from there. A sidecar that
@@ -145,7 +146,12 @@ class Feed:
             count = int(np.prod(spec.shape))
             arrays[spec.name] = np.frombuffer(buffer, dtype=spec.dtype, count=count,
                                               offset=spec.offset).reshape(spec.shape)
-        x = Blobs(arrays["data"], arrays["spans"]) if "spans" in arrays else arrays["x"]
+        x: np.ndarray | Blobs
+        if "x" in arrays:
+            x = arrays["x"]
+        else:
+            image = self._welcome.get("image")
+            x = Blobs(arrays["data"], arrays["spans"], arrays.get("boxes"), tuple(image) if image else None)
         return (x, arrays["y"], arrays["uuids"]) if self.with_uuids else (x, arrays["y"])
 
     def _map(self, slot: str, size: int) -> mmap.mmap:

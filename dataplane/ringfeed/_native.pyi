@@ -152,6 +152,7 @@ class Session:
         metrics: LoaderMetrics | None = None,
         random_crop: RandomCropRanges | None = None,
         seed: int = 0,
+        defer_decode: bool = False,
     ) -> Fetcher:
         """A batch reader of ``keyspace.table`` (``uuid`` → ``label``, ``data``), prepared here (GIL released).
 
@@ -163,7 +164,9 @@ class Session:
         threads (``decode_threads`` of them, started by its first image fetcher), resized bilinearly (with ``crop``,
         centre-cropped to the aspect ratio first); with ``random_crop`` a RandomResizedCrop and flip per sample,
         drawn from (``seed``, the epoch given to ``submit``, the sample's UUID), fused into the JPEG decode;
-        ``raw_item_bytes`` expects fixed-size raw tensors; neither keeps the stored bytes.
+        ``raw_item_bytes`` expects fixed-size raw tensors; neither keeps the stored bytes. ``defer_decode`` (with
+        ``image_size``) keeps them, each with the box its decode would crop (``FetchedBatch.boxes``, read from the
+        image's header): the trainer decodes them on its GPU; no decoder thread starts.
         ``concurrency`` bounds the requests in flight across all of the fetcher's batches. Below it, the bytes in
         flight follow an adaptive window (from 16 MiB, never below it nor above ``memory_bytes / 2``): it grows
         while the delivery rate rises and shrinks when requests queue (the round trip climbs above the least seen).
@@ -197,6 +200,9 @@ class FetchedBatch:
     """Decoded samples (fixed size each) or, without decoding, the stored bytes concatenated."""
     spans: Buffer | None
     """int64 (start, end) of each sample in ``data``; only without decoding (samples are appended as they arrive)."""
+    boxes: Buffer | None
+    """int32 (left, top, width, height, flip) per sample: the crop its decode takes, in the image's pixels; only with
+    ``defer_decode``."""
     labels: Buffer
     """int32 label per delivered sample."""
     positions: Buffer
@@ -256,6 +262,12 @@ def decode_image(encoded: bytes, height: int, width: int, channels: int = 3, cro
 def random_crop_box(width: int, height: int, random_crop: RandomCropRanges, seed: int, epoch: int,
                     sample: uuid.UUID) -> tuple[int, int, int, int, bool]:
     """The crop ``decode_image`` draws from a width × height image: (left, top, crop width, crop height, flipped)."""
+
+def image_box(encoded: bytes, height: int, width: int, crop: bool = True,
+              random_crop: RandomCropRanges | None = None, seed: int = 0, epoch: int = 0,
+              sample: uuid.UUID | None = None) -> tuple[int, int, int, int, bool]:
+    """The part of the image ``decode_image`` with the same arguments takes, from its header alone: (left, top, width,
+    height, flipped), as a fetcher with ``defer_decode`` hands it. Raises ValueError if the header cannot be read."""
 
 class BulkWriter:
     """Writes rows of prepared (idempotent) INSERTs concurrently.

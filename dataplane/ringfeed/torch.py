@@ -37,8 +37,9 @@ import torch.utils.data
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.errors import RingfeedError
-from ringfeed.loader import Loader, LoaderOptions, LoaderSource
+from ringfeed.loader import Decode, Loader, LoaderOptions, LoaderSource
 from ringfeed.loader.plan import EpochPlan
+from ringfeed_client.torch import tensors
 
 __all__ = ["RingfeedDataLoader", "RingfeedDataset"]
 
@@ -112,10 +113,10 @@ class RingfeedDataset(torch.utils.data.IterableDataset):
                                           world_size=torch.distributed.get_world_size())
         self.source = LoaderSource.from_split(dataset, split, part, store=store, address=address,
                                               version=split_version)
-        self.options = options
         # Checks the options against the split here, in the main process; connects to nothing. It holds the position
         # the next iteration starts from; it is never iterated itself.
         self._position = Loader.from_source(self.source, options=options)
+        self.options = self._position.options  # decode.device "auto" settled here: a worker must not ask CUDA
         self._worker: dict | None = None  # the position is a worker's share (see WORKER_KEY)
         self._iteration: _Iteration | None = None
         self._iterated_in: int | None = None  # the worker process that iterated this copy (persistent workers)
@@ -203,7 +204,9 @@ class RingfeedDataLoader(torch.utils.data.DataLoader):
     """A torch DataLoader over a ``RingfeedDataset`` (``batch_size=None`` underneath: batches come whole) that counts
     the batches it hands out, so ``state_dict()`` is exact mid-epoch, and moves the dataset to the next epoch when
     one ends. Batches arrive in the same order whatever ``num_workers``; numpy batches become tensors without a copy
-    in the main process. ``state_dict``/``load_state_dict`` are what Lightning saves and restores with a checkpoint.
+    in the main process. With ``Decode(device="gpu")`` the workers read the images undecoded and the main process
+    decodes them on its GPU (``ringfeed_client.torch.tensors``). ``state_dict``/``load_state_dict`` are what
+    Lightning saves and restores with a checkpoint.
     """
 
     dataset: RingfeedDataset
@@ -221,7 +224,11 @@ class RingfeedDataLoader(torch.utils.data.DataLoader):
         if self._start is not None:  # an iteration left mid-epoch: the next one goes on from there
             self.dataset.load_state_dict(self.state_dict())
         self._start, self._consumed = self.dataset.state_dict(), 0
-        for batch in super().__iter__():
+        batches = super().__iter__()
+        decode = self.dataset.options.decode
+        if isinstance(decode, Decode) and decode.device == "gpu":
+            batches = tensors(batches)  # the images the workers left undecoded, decoded here on the GPU
+        for batch in batches:
             self._consumed += 1
             yield batch
         self.dataset.set_epoch(self._start["epoch"] + 1)

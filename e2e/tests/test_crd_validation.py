@@ -145,7 +145,8 @@ def test_samples_are_accepted_and_defaulted(crds: Api, namespace: str):
     loader = job["spec"]["loader"]
     assert loader["batchSize"] == 64 and loader["prefetch"] == 2 and loader["concurrency"] == 128
     assert loader["decodeThreads"] == 0 and loader["missing"] == "raise" and loader["consistency"] == "ONE"
-    assert loader["decode"] == {"mode": "image", "width": 224, "height": 224, "channels": 3, "resize": "crop"}
+    assert loader["decode"] == {"mode": "image", "width": 224, "height": 224, "channels": 3, "resize": "crop",
+                                 "device": "cpu"}
     assert job["spec"]["suspend"] is False
     # The Pod template is kept whole, unknown fields included.
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
@@ -192,7 +193,7 @@ def test_minimal_objects_get_every_default(crds: Api, namespace: str):
     assert spec["loader"] == {
         "batchSize": 64, "shuffle": True, "seed": 0, "remainder": "pad", "prefetch": 2, "concurrency": 128,
         "decodeThreads": 0, "missing": "raise", "consistency": "ONE",
-        "decode": {"mode": "none", "channels": 3, "resize": "crop"}}
+        "decode": {"mode": "none", "channels": 3, "resize": "crop", "device": "cpu"}}
 
 
 @pytest.mark.parametrize("spec", [
@@ -402,6 +403,9 @@ BAD = [
      "flipPercent in body should be less than or equal to 100"),
     ("TrainingJob", "random-crop-without-resize-random", {"spec.loader.decode.randomCrop": {}},
      "spec.loader.decode.randomCrop applies only with mode image and resize random"),
+    ("TrainingJob", "decode-device-unknown", {"spec.loader.decode.device": "tpu"}, 'Unsupported value: "tpu"'),
+    ("TrainingJob", "decode-device-without-images", {"spec.loader.decode": {"mode": "none", "device": "gpu"}},
+     "spec.loader.decode.device applies only with mode image"),
     ("TrainingJob", "replicas-0", {"spec.replicas": 0}, "replicas in body should be greater than or equal to 1"),
     ("TrainingJob", "replicas-2000", {"spec.replicas": 2000},
      "replicas in body should be less than or equal to 1024"),

@@ -19,6 +19,7 @@ from ringfeed_operator.builders.trainingjob import (
     POSITIONS_ANNOTATION,
     SIDECAR,
     control_secret,
+    decode_device,
     phase,
     rank_job,
     rank_progress,
@@ -129,9 +130,10 @@ def test_the_control_token_reaches_the_sidecar_only():
 
 
 @pytest.mark.parametrize("decode,expected", [
-    ({"mode": "image", "width": 224, "height": 160}, ["--decode=160x224", "--channels=3", "--resize=crop"]),
-    ({"mode": "image", "width": 8, "height": 8, "channels": 1, "resize": "stretch"},
-     ["--decode=8x8", "--channels=1", "--resize=stretch"]),
+    ({"mode": "image", "width": 224, "height": 160},
+     ["--decode=160x224", "--channels=3", "--resize=crop", "--decode-device=cpu"]),
+    ({"mode": "image", "width": 8, "height": 8, "channels": 1, "resize": "stretch", "device": "gpu"},
+     ["--decode=8x8", "--channels=1", "--resize=stretch", "--decode-device=gpu"]),
     ({"mode": "tensor"}, ["--decode=tensor"]),
     ({"mode": "none"}, []),
 ])
@@ -165,6 +167,26 @@ def test_a_random_crop_reaches_the_sidecar_as_the_fractions_it_stands_for(random
     assert params["resize"] == "random"
     assert params["crop_scale"] == pytest.approx(scale) and params["crop_ratio"] == pytest.approx(ratio)
     assert params["flip"] == flip
+
+
+@pytest.mark.parametrize("resources,device", [
+    ({"limits": {"nvidia.com/gpu": 1}}, "gpu"),
+    ({"requests": {"nvidia.com/mig-1g.10gb": 1}, "limits": {"nvidia.com/mig-1g.10gb": 1}}, "gpu"),
+    ({"limits": {"amd.com/gpu": 2}}, "gpu"),
+    ({"limits": {"gpu.intel.com/i915": 1}}, "gpu"),
+    ({"limits": {"cpu": "4", "memory": "8Gi"}}, "cpu"),
+    ({"limits": {"nvidia.com/nic": 1, "example.com/gpus-not": 1}}, "cpu"),
+    (None, "cpu"),
+])
+def test_decode_device_auto_is_gpu_where_the_template_asks_for_a_gpu(resources, device):
+    job = trainingjob(loader={"decode": {"mode": "image", "width": 64, "height": 64, "device": "auto"}})
+    if resources is not None:
+        job["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
+    assert decode_device(job["spec"]) == device
+    arguments = sidecar_arguments(job["spec"], "d", "s", 1)
+    serve = ringfeed_cli.get_command(None, "serve")
+    params = serve.make_context("serve", [a.replace("$(RINGFEED_POD_INDEX)", "0") for a in arguments[1:]]).params
+    assert params["decode_device"] == device
 
 
 def test_evaluation_resizes_carry_no_random_crop_flags():

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use fast_image_resize::images::{Image as ResizeTarget, ImageRef as ResizeSource};
-use fast_image_resize::{FilterType, IntoImageView, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use fast_image_resize::{CropBox, FilterType, IntoImageView, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use image::DynamicImage;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::buffer::{Buffer, BufferPool};
-use crate::crop::{RandomCrop, dct_denominator, sample_key};
+use crate::crop::{Crop, RandomCrop, dct_denominator, sample_key};
 use crate::jpeg::Decompressor;
 use crate::lifecycle;
 use crate::metrics::PathMetrics;
@@ -37,6 +37,9 @@ pub(crate) enum Decode {
     Raw { item_bytes: usize },
     /// JPEG/PNG decoded to uint8 height × width × channels, fitted to the target by `ImageShape::fit`.
     Image(ImageShape),
+    /// Stored bytes, as `Bytes`, each with the box `Image` would crop from it (`image_box`): the trainer decodes them
+    /// on its GPU into the same crops. An image whose header cannot be read is corrupt here already.
+    Deferred(ImageShape),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -97,6 +100,39 @@ pub(crate) fn decode_image(encoded: &[u8], shape: &ImageShape, key: u64, out: &m
         Fit::Random(random) => full_random_crop(encoded, shape, &random, key, out),
         Fit::Stretch | Fit::CentreCrop => decode_and_fit(encoded, shape, out),
     }
+}
+
+/// The part of an image the decode to `shape` takes (left, top, width, height, in the image's pixels) and whether it
+/// mirrors it (1), read from the image's header alone: the random crop of `key`, the evaluation's centre crop (the
+/// box the resizer's `fit_into_destination` takes, rounded to whole pixels), or the whole image.
+pub(crate) fn image_box(encoded: &[u8], shape: &ImageShape, key: u64) -> Result<[i32; 5], String> {
+    let (width, height) = image::ImageReader::new(std::io::Cursor::new(encoded))
+        .with_guessed_format()
+        .map_err(|err| format!("cannot read: {err}"))?
+        .into_dimensions()
+        .map_err(|err| format!("cannot decode: {err}"))?;
+    if width == 0 || height == 0 {
+        return Err(format!("bad image size {width}x{height}"));
+    }
+    let whole = Crop { left: 0, top: 0, width, height, flip: false };
+    let crop = match shape.fit {
+        Fit::Random(random) => random.crop(key, width, height),
+        Fit::Stretch => whole,
+        Fit::CentreCrop => {
+            let fitted = CropBox::fit_src_into_dst_size(width, height, shape.width, shape.height, Some((0.5, 0.5)));
+            let round = |at: f64, extent: u32| (at.round() as u32).min(extent);
+            let (left, top) = (round(fitted.left, width - 1), round(fitted.top, height - 1));
+            Crop {
+                left,
+                top,
+                width: round(fitted.width, width - left).max(1),
+                height: round(fitted.height, height - top).max(1),
+                flip: false,
+            }
+        }
+    };
+    let at = |value: u32| value as i32;
+    Ok([at(crop.left), at(crop.top), at(crop.width), at(crop.height), i32::from(crop.flip)])
 }
 
 fn is_jpeg(encoded: &[u8]) -> bool {
@@ -276,12 +312,7 @@ pub fn decode_image_py(
     sample: Option<Uuid>,
     fused: bool,
 ) -> PyResult<Buffer> {
-    let fit = match random_crop {
-        Some(ranges) => Fit::Random(random_crop_of(ranges, seed)?),
-        None if crop => Fit::CentreCrop,
-        None => Fit::Stretch,
-    };
-    let shape = image_shape(height, width, channels, fit).map_err(PyValueError::new_err)?;
+    let shape = image_shape(height, width, channels, fit_of(crop, random_crop, seed)?).map_err(PyValueError::new_err)?;
     let key = sample_key(seed, epoch, &sample.unwrap_or_default());
     let encoded = encoded.as_bytes();
     let mut out = vec![0u8; shape.item_bytes()];
@@ -291,6 +322,38 @@ pub fn decode_image_py(
     })
     .map_err(PyValueError::new_err)?;
     Ok(Buffer::new(out))
+}
+
+/// `image_box` for Python, with `decode_image`'s arguments: (left, top, width, height, flipped), the crop the decode
+/// takes from the image, as the loader hands it with deferred decoding.
+#[pyfunction]
+#[pyo3(name = "image_box", signature = (encoded, height, width, crop = true, random_crop = None, seed = 0, epoch = 0,
+                                        sample = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn image_box_py(
+    encoded: &Bound<'_, PyBytes>,
+    height: u32,
+    width: u32,
+    crop: bool,
+    random_crop: Option<RandomCropRanges>,
+    seed: u64,
+    epoch: u64,
+    sample: Option<Uuid>,
+) -> PyResult<(i32, i32, i32, i32, bool)> {
+    let shape = image_shape(height, width, 3, fit_of(crop, random_crop, seed)?).map_err(PyValueError::new_err)?;
+    let key = sample_key(seed, epoch, &sample.unwrap_or_default());
+    let [left, top, width, height, flip] =
+        image_box(encoded.as_bytes(), &shape, key).map_err(PyValueError::new_err)?;
+    Ok((left, top, width, height, flip != 0))
+}
+
+/// How an image becomes the target, from Python's arguments: a random crop, else a centre crop or a stretch.
+pub(crate) fn fit_of(crop: bool, random_crop: Option<RandomCropRanges>, seed: u64) -> PyResult<Fit> {
+    Ok(match random_crop {
+        Some(ranges) => Fit::Random(random_crop_of(ranges, seed)?),
+        None if crop => Fit::CentreCrop,
+        None => Fit::Stretch,
+    })
 }
 
 /// ((scale min, max), (ratio min, max), flip probability), as Python passes a random crop.
@@ -451,6 +514,8 @@ pub(crate) struct Assembled {
     pub data: Vec<u8>,
     /// (start, end) in `data` of each delivered sample, only for stored bytes.
     pub spans: Option<Vec<i64>>,
+    /// `image_box` of each delivered sample, only for deferred decoding.
+    pub boxes: Option<Vec<i32>>,
     pub labels: Vec<i32>,
     /// Position in the submitted batch of each delivered sample.
     pub positions: Vec<i64>,
@@ -472,6 +537,8 @@ pub(crate) struct Assembly {
     decoders: Option<Arc<DecoderPool>>,
     /// Each position's `crop::sample_key` when the decode draws random crops, else empty.
     sample_keys: Vec<u64>,
+    /// Each position's `image_box` when the decode is deferred, else empty.
+    boxes: Vec<[i32; 5]>,
     /// Image samples waiting to be handed to the decoders as one group, with their keys.
     waiting: Vec<(usize, Bytes, u64)>,
     /// Decoder tasks started, each reporting once on `decoded`.
@@ -492,7 +559,7 @@ impl Assembly {
         sample_keys: Vec<u64>,
     ) -> Self {
         let target = match decode {
-            Decode::Bytes => {
+            Decode::Bytes | Decode::Deferred(_) => {
                 let per_sample = sample_bytes.max(MIN_RESERVED_SAMPLE_BYTES);
                 // A sixteenth more: samples vary around the mean.
                 let estimate = per_sample * count + per_sample * count / 16;
@@ -508,6 +575,10 @@ impl Assembly {
                 Target::Slots(Slots::new(pool.take_filled(count * item), item))
             }
         };
+        let boxes = match decode {
+            Decode::Deferred(_) => vec![[0; 5]; count],
+            Decode::Bytes | Decode::Raw { .. } | Decode::Image(_) => Vec::new(),
+        };
         let (decoded_tx, decoded) = mpsc::unbounded_channel();
         Self {
             decode,
@@ -517,6 +588,7 @@ impl Assembly {
             arrived_bytes: 0,
             decoders,
             sample_keys,
+            boxes,
             waiting: Vec::new(),
             decoding: 0,
             decoded_tx,
@@ -528,6 +600,16 @@ impl Assembly {
     pub(crate) fn add(&mut self, position: usize, label: i32, data: Bytes) {
         self.labels[position] = Some(label);
         self.arrived_bytes += data.len();
+        if let Decode::Deferred(shape) = self.decode {
+            let key = self.sample_keys.get(position).copied().unwrap_or_default();
+            match image_box(&data, &shape, key) {
+                Ok(image_box) => self.boxes[position] = image_box,
+                Err(reason) => {
+                    self.corrupt.push((position, reason));
+                    return;
+                }
+            }
+        }
         match (&mut self.target, self.decode) {
             (Target::Appended { data: buffer, spans }, _) => {
                 let start = buffer.len() as i64;
@@ -551,7 +633,7 @@ impl Assembly {
                     self.dispatch_decodes(shape);
                 }
             }
-            (Target::Slots(_), Decode::Bytes) => unreachable!("stored bytes are appended"),
+            (Target::Slots(_), Decode::Bytes | Decode::Deferred(_)) => unreachable!("stored bytes are appended"),
         }
     }
 
@@ -613,6 +695,8 @@ impl Assembly {
         }
         let delivered: Vec<usize> = (0..count).filter(|&position| labels[position].is_some()).collect();
         let arrived = count - missing.len();
+        let boxes = (!self.boxes.is_empty())
+            .then(|| delivered.iter().flat_map(|&position| self.boxes[position]).collect());
         let (data, spans) = match self.target {
             Target::Appended { data, spans } => {
                 let spans = delivered
@@ -637,6 +721,7 @@ impl Assembly {
         Assembled {
             data,
             spans,
+            boxes,
             labels: delivered.iter().map(|&position| labels[position].expect("delivered")).collect(),
             positions: delivered.iter().map(|&position| position as i64).collect(),
             missing,
@@ -903,5 +988,45 @@ mod tests {
             assert_eq!(delivered, expected, "position {position}");
         }
         decoders.close();
+    }
+
+    #[test]
+    fn a_deferred_decode_keeps_the_stored_bytes_with_each_images_crop_and_a_headless_one_is_corrupt() {
+        let shape = random_shape(16, 16, 3, imagenet_crop(0.5));
+        let pool = BufferPool::new(1);
+        let (jpeg, png) = (position_coded_jpeg(200, 150, 90), two_colour_png(60, 40));
+        let keys: Vec<u64> = (0..6).map(key).collect();
+        let mut assembly = Assembly::new(Decode::Deferred(shape), 6, 0, &pool, None, keys.clone());
+        let stored = |position: usize| match position {
+            2 => b"not an image".to_vec(),
+            4 => png.clone(),
+            _ => jpeg.clone(),
+        };
+        for position in (0..6).rev() {
+            assembly.add(position, position as i32, Bytes::from(stored(position)));
+        }
+        let batch = finish(assembly);
+        assert_eq!(batch.corrupt.iter().map(|(position, _)| *position).collect::<Vec<_>>(), [2]);
+        assert_eq!(batch.positions, [0, 1, 3, 4, 5]);
+        let (spans, boxes) = (batch.spans.expect("stored bytes"), batch.boxes.expect("boxes"));
+        for (index, &position) in batch.positions.iter().enumerate() {
+            let position = position as usize;
+            let (start, end) = (spans[2 * index] as usize, spans[2 * index + 1] as usize);
+            assert_eq!(batch.data[start..end], stored(position));
+            let (width, height) = if position == 4 { (60, 40) } else { (200, 150) };
+            let Fit::Random(random) = shape.fit else { unreachable!() };
+            let crop = random.crop(keys[position], width, height);
+            let expected = [crop.left, crop.top, crop.width, crop.height, u32::from(crop.flip)].map(|v| v as i32);
+            assert_eq!(boxes[5 * index..5 * index + 5], expected, "position {position}");
+        }
+    }
+
+    #[test]
+    fn the_evaluation_boxes_are_the_whole_image_or_its_centre_at_the_targets_aspect_ratio() {
+        let jpeg = position_coded_jpeg(200, 100, 90);
+        let boxed = |fit| image_box(&jpeg, &image_shape(50, 50, 3, fit).expect("a shape"), 0).expect("a header");
+        assert_eq!(boxed(Fit::Stretch), [0, 0, 200, 100, 0]);
+        assert_eq!(boxed(Fit::CentreCrop), [50, 0, 100, 100, 0]);
+        assert!(image_box(b"\xff\xd8\xffjunk", &image_shape(8, 8, 3, Fit::Stretch).expect("a shape"), 0).is_err());
     }
 }

@@ -51,6 +51,10 @@ pub struct FetchedBatch {
     /// int64 (start, end) in `data` of each delivered sample (only when not decoding).
     #[pyo3(get)]
     spans: Option<Py<Buffer>>,
+    /// int32 (left, top, width, height, flip) of each delivered image: the crop its decode takes (only when the
+    /// decode is deferred).
+    #[pyo3(get)]
+    boxes: Option<Py<Buffer>>,
     /// int32 label of each delivered sample.
     #[pyo3(get)]
     labels: Py<Buffer>,
@@ -199,7 +203,7 @@ impl Fetcher {
     fn batch_bytes(&self, count: usize) -> usize {
         let stored = self.shared.expected_sample_bytes();
         let per_sample = match self.shared.decode {
-            Decode::Bytes => stored,
+            Decode::Bytes | Decode::Deferred(_) => stored,
             Decode::Raw { item_bytes } => item_bytes,
             Decode::Image(shape) => shape.item_bytes().max(stored),
         };
@@ -348,6 +352,10 @@ impl Fetcher {
                 .spans
                 .map(|spans| buffer(le_bytes(&spans, i64::to_le_bytes)))
                 .transpose()?,
+            boxes: batch
+                .boxes
+                .map(|boxes| buffer(le_bytes(&boxes, i32::to_le_bytes)))
+                .transpose()?,
             labels: buffer(le_bytes(&batch.labels, i32::to_le_bytes))?,
             positions: buffer(le_bytes(&batch.positions, i64::to_le_bytes))?,
             missing: batch.missing,
@@ -377,7 +385,7 @@ impl Row {
 /// copies or decodes each one as it arrives.
 async fn read_batch(shared: Arc<Shared>, uuids: Vec<Uuid>, epoch: u64) -> Outcome {
     let sample_keys = match shared.decode {
-        Decode::Image(shape) => match shape.fit {
+        Decode::Image(shape) | Decode::Deferred(shape) => match shape.fit {
             Fit::Random(random) => uuids.iter().map(|uuid| sample_key(random.seed, epoch, uuid)).collect(),
             Fit::Stretch | Fit::CentreCrop => Vec::new(),
         },

@@ -34,6 +34,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<metrics::LoaderMetrics>()?;
     module.add_function(wrap_pyfunction!(decode::decode_image_py, module)?)?;
     module.add_function(wrap_pyfunction!(decode::random_crop_box, module)?)?;
+    module.add_function(wrap_pyfunction!(decode::image_box_py, module)?)?;
     errors::register(module)?;
     let close_all = wrap_pyfunction!(lifecycle::close_all_at_exit, module)?;
     module.add_function(close_all.clone())?;

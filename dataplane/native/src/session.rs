@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::client::{Client, Connect, PreparedStatement, parse_consistency};
-use crate::decode::{Decode, DecoderPool, Fit, RandomCropRanges, image_shape, random_crop_of};
+use crate::decode::{Decode, DecoderPool, RandomCropRanges, fit_of, image_shape};
 use crate::fetch::{Fetcher, Statements};
 use crate::metrics::{LoaderMetrics, PathMetrics};
 use crate::scan::{ScanRequest, scan};
@@ -119,7 +119,7 @@ impl Session {
     #[pyo3(signature = (keyspace, table = "data_by_uuid", concurrency = 64, max_retries = 8, image_size = None,
                         channels = 3, crop = true, raw_item_bytes = None, decode_threads = 2,
                         request_bytes = 524_288, sample_bytes = 0, memory_bytes = 134_217_728, metrics = None,
-                        random_crop = None, seed = 0))]
+                        random_crop = None, seed = 0, defer_decode = false))]
     #[allow(clippy::too_many_arguments)]
     fn fetcher(
         &self,
@@ -139,6 +139,7 @@ impl Session {
         metrics: Option<PyRef<'_, LoaderMetrics>>,
         random_crop: Option<RandomCropRanges>,
         seed: u64,
+        defer_decode: bool,
     ) -> PyResult<Fetcher> {
         let decode = match (image_size, raw_item_bytes) {
             (Some(_), Some(_)) => {
@@ -147,17 +148,20 @@ impl Session {
                 ));
             }
             (Some((height, width)), None) => {
-                let fit = match random_crop {
-                    Some(ranges) => Fit::Random(random_crop_of(ranges, seed)?),
-                    None if crop => Fit::CentreCrop,
-                    None => Fit::Stretch,
-                };
-                Decode::Image(image_shape(height, width, channels, fit).map_err(PyValueError::new_err)?)
+                let shape = image_shape(height, width, channels, fit_of(crop, random_crop, seed)?)
+                    .map_err(PyValueError::new_err)?;
+                if defer_decode { Decode::Deferred(shape) } else { Decode::Image(shape) }
             }
             (None, Some(0)) => {
                 return Err(PyValueError::new_err("raw_item_bytes must be positive"));
             }
+            (None, Some(_)) if defer_decode => {
+                return Err(PyValueError::new_err("defer_decode needs image_size"));
+            }
             (None, Some(item_bytes)) => Decode::Raw { item_bytes },
+            (None, None) if defer_decode => {
+                return Err(PyValueError::new_err("defer_decode needs image_size"));
+            }
             (None, None) => Decode::Bytes,
         };
         if decode_threads == 0 {

@@ -11,6 +11,7 @@ from ringfeed.cli.render import human_bytes, progress_bar
 from ringfeed.cli.types import COUNT, NON_NEGATIVE, SEED, NumberRange
 from ringfeed.loader import (
     CONSISTENCY_LEVELS,
+    DECODE_DEVICES,
     MISSING_POLICIES,
     REMAINDER_POLICIES,
     TENSOR,
@@ -26,6 +27,14 @@ RANDOM_CROP = RandomResizedCrop()
 RESIZE_MODES = ("crop", "stretch", "random")
 
 
+def synchronize_gpu() -> None:
+    """Waits for the GPU's queued work, so that an epoch's time includes its decoding."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def parse_size(text: str | None):
     if text is None:
         return None
@@ -38,15 +47,24 @@ def parse_size(text: str | None):
 
 
 def run_epochs(loader, epochs: int) -> list[tuple[int, float]]:
-    """Iterates `epochs` epochs with a progress bar; returns (samples, seconds) per epoch."""
+    """Iterates `epochs` epochs with a progress bar; returns (samples, seconds) per epoch. Images the loader leaves
+    to the GPU (decode device gpu) are decoded there, as a trainer's ``ringfeed_client.torch.tensors`` does."""
+    decode = loader.options.decode
+    on_gpu = isinstance(decode, Decode) and decode.device == "gpu"
     results = []
     with progress_bar() as progress:
         for _ in range(epochs):
             task = progress.add_task(f"epoch {loader.epoch}", total=len(loader))
             samples, started = 0, time.perf_counter()
-            for batch in loader:
+            batches = loader
+            if on_gpu:
+                from ringfeed_client.torch import tensors
+                batches = tensors(loader)
+            for batch in batches:
                 samples += len(batch[1])
                 progress.advance(task)
+            if on_gpu:
+                synchronize_gpu()
             results.append((samples, time.perf_counter() - started))
     return results
 
@@ -71,6 +89,10 @@ def loader_flags(command):
                      help="--resize random: width/height of a crop, decimals or fractions [default: 3/4,4/3]."),
         click.option("--flip", type=click.FloatRange(0, 1), default=None,
                      help=f"--resize random: probability of a horizontal flip [default: {RANDOM_CROP.flip}]."),
+        click.option("--decode-device", type=click.Choice(DECODE_DEVICES), default="cpu", show_default=True,
+                     help="Where --decode HxW decodes: the loader's native threads (cpu), the trainer's GPU (gpu: "
+                          "the stored bytes are handed with each image's crop), or gpu where torch sees one "
+                          "(auto)."),
         click.option("--seed", default=DEFAULTS.seed, show_default=True, type=SEED,
                      help="Seed of the per-epoch shuffle."),
         click.option("--no-shuffle", is_flag=True, help="Read in split order."),
@@ -97,9 +119,9 @@ def loader_flags(command):
     return command
 
 
-def options_from_flags(batch_size, decode, channels, resize, crop_scale, crop_ratio, flip, seed, no_shuffle, rank,
-                       world_size, remainder, prefetch, concurrency, decode_threads, consistency, missing,
-                       **fields) -> LoaderOptions:
+def options_from_flags(batch_size, decode, channels, resize, crop_scale, crop_ratio, flip, decode_device, seed,
+                       no_shuffle, rank, world_size, remainder, prefetch, concurrency, decode_threads, consistency,
+                       missing, **fields) -> LoaderOptions:
     """The LoaderOptions the flags of ``loader_flags`` describe (validated once, there: a combination they refuse,
     such as --rank beyond --world-size, is a usage error like a bad value of one flag)."""
     size = parse_size(decode)
@@ -107,6 +129,8 @@ def options_from_flags(batch_size, decode, channels, resize, crop_scale, crop_ra
              if value is not None]
     if given and not (resize == "random" and isinstance(size, Decode)):
         raise click.UsageError(f"{', '.join(given)} apply only to --decode HxW with --resize random")
+    if decode_device != "cpu" and not isinstance(size, Decode):
+        raise click.UsageError("--decode-device applies only to --decode HxW")
     try:
         if isinstance(size, Decode):
             random_crop = None
@@ -115,7 +139,7 @@ def options_from_flags(batch_size, decode, channels, resize, crop_scale, crop_ra
                                                 ratio=crop_ratio or RANDOM_CROP.ratio,
                                                 flip=RANDOM_CROP.flip if flip is None else flip)
             size = Decode(size.height, size.width, channels=int(channels), crop=resize == "crop",
-                          random_crop=random_crop)
+                          random_crop=random_crop, device=decode_device)
         return LoaderOptions(batch_size=batch_size, decode=size, shuffle=not no_shuffle, seed=seed, rank=rank,
                              world_size=world_size, remainder=remainder, prefetch=prefetch, concurrency=concurrency,
                              decode_threads=decode_threads, consistency=consistency.upper(), missing=missing,

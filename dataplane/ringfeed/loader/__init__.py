@@ -4,6 +4,7 @@ loader."""
 from ringfeed.loader.loader import Blobs, Loader, LoaderSource, LoaderStats
 from ringfeed.loader.options import (
     CONSISTENCY_LEVELS,
+    DECODE_DEVICES,
     MISSING_POLICIES,
     REMAINDER_POLICIES,
     TENSOR,
@@ -14,5 +15,6 @@ from ringfeed.loader.options import (
 )
 from ringfeed.loader.plan import EpochPlan
 
-__all__ = ["CONSISTENCY_LEVELS", "MISSING_POLICIES", "REMAINDER_POLICIES", "TENSOR", "Blobs", "Decode", "EpochPlan",
-           "Loader", "LoaderOptions", "LoaderOptionsError", "LoaderSource", "LoaderStats", "RandomResizedCrop"]
+__all__ = ["CONSISTENCY_LEVELS", "DECODE_DEVICES", "MISSING_POLICIES", "REMAINDER_POLICIES", "TENSOR", "Blobs",
+           "Decode", "EpochPlan", "Loader", "LoaderOptions", "LoaderOptionsError", "LoaderSource", "LoaderStats",
+           "RandomResizedCrop"]

@@ -166,6 +166,8 @@ class Loader:
             raise RingfeedError(f"decode='tensor' needs a dataset with the raw encoding; {source.split} is {kind}")
         if isinstance(options.decode, Decode) and kind == "raw":
             raise RingfeedError(f"{source.split} holds raw tensors, not images: use decode='tensor'")
+        if isinstance(options.decode, Decode) and options.decode.device == "auto":
+            options = dataclasses.replace(options, decode=options.decode.on_device())
         self.source = source
         self.options = options
         self.plan = EpochPlan(len(source.uuids), options)
@@ -366,7 +368,8 @@ class Loader:
             decoding = {}
             if isinstance(decode, Decode):
                 decoding = dict(image_size=(decode.height, decode.width), channels=decode.channels, crop=decode.crop,
-                                decode_threads=self.options.decode_threads or min(8, os.cpu_count() or 1))
+                                decode_threads=self.options.decode_threads or min(8, os.cpu_count() or 1),
+                                defer_decode=decode.device == "gpu")
                 if decode.random_crop is not None:
                     decoding.update(random_crop=decode.random_crop.native(), seed=self.options.seed)
             elif decode == TENSOR:
@@ -394,7 +397,11 @@ class Loader:
         count = len(positions)
         d = self.options.decode
         x: np.ndarray | Blobs
-        if isinstance(d, Decode):
+        if isinstance(d, Decode) and fetched.boxes is not None:
+            x = Blobs(np.frombuffer(fetched.data, dtype=np.uint8),
+                      np.frombuffer(fetched.spans, dtype=np.int64).reshape(-1, 2),
+                      np.frombuffer(fetched.boxes, dtype=np.int32).reshape(-1, 5), (d.height, d.width, d.channels))
+        elif isinstance(d, Decode):
             x = np.frombuffer(fetched.data, dtype=np.uint8).reshape(count, d.height, d.width, d.channels)
         elif d == TENSOR:
             dtype, shape = self.source.encoding.tensor

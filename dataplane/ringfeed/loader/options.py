@@ -13,6 +13,8 @@ REMAINDER_POLICIES = ("uneven", "pad", "drop")
 MISSING_POLICIES = ("raise", "skip")
 # The levels the native session accepts (case-insensitive); checked here so a typo fails before any connection.
 CONSISTENCY_LEVELS = ("ONE", "TWO", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "ALL")
+# Where images are decoded (Decode.device).
+DECODE_DEVICES = ("cpu", "gpu", "auto")
 # Twice the native window's floor (16 MiB): the least the reader can work with.
 MIN_MEMORY_BYTES = 32 * 1024 * 1024
 
@@ -58,13 +60,19 @@ class RandomResizedCrop:
 class Decode:
     """Decode JPEG/PNG samples to uint8 arrays of shape (height, width, channels), resized with a bilinear filter.
     For evaluation the whole image: with ``crop`` first centre-cropped to the target's aspect ratio, else stretched;
-    for training ``random_crop``, a ``RandomResizedCrop`` (``crop`` then plays no part)."""
+    for training ``random_crop``, a ``RandomResizedCrop`` (``crop`` then plays no part).
+
+    ``device`` says where: ``cpu``, the loader's native decoder threads; ``gpu``, the trainer's GPU: the loader hands
+    the stored bytes with each image's crop (``Blobs.boxes``, the same crops) and ``ringfeed_client.torch.tensors``
+    (or ``ringfeed.torch.RingfeedDataLoader``) decodes them with nvJPEG; ``auto``, ``gpu`` where torch sees a CUDA
+    device, else ``cpu``."""
 
     height: int
     width: int
     channels: int = 3
     crop: bool = True
     random_crop: RandomResizedCrop | None = None
+    device: str = "cpu"
 
     def __post_init__(self):
         if self.height < 1 or self.width < 1:
@@ -73,6 +81,19 @@ class Decode:
             raise LoaderOptionsError(f"decode channels must be 1 or 3, got {self.channels}")
         if self.random_crop is not None and not isinstance(self.random_crop, RandomResizedCrop):
             raise LoaderOptionsError(f"random_crop must be a ringfeed.RandomResizedCrop, got {self.random_crop!r}")
+        if self.device not in DECODE_DEVICES:
+            raise LoaderOptionsError(f"decode device must be one of {', '.join(DECODE_DEVICES)}, got {self.device!r}")
+
+    def on_device(self) -> Decode:
+        """This decode with ``auto`` settled: ``gpu`` where torch is installed and sees a CUDA device. Settled once,
+        in the process that builds the loader (a forked DataLoader worker must not ask CUDA)."""
+        if self.device != "auto":
+            return self
+        try:
+            import torch
+        except ImportError:
+            return dataclasses.replace(self, device="cpu")
+        return dataclasses.replace(self, device="gpu" if torch.cuda.is_available() else "cpu")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from ringfeed import Decode, Loader, LoaderOptions
+from ringfeed import Decode, Loader, LoaderOptions, RandomResizedCrop
 from ringfeed.demo import make_demo_set
 from ringfeed.errors import RingfeedError
 from ringfeed.ingest import ingest
@@ -190,6 +190,46 @@ def test_decoded_images_are_resized_with_a_centre_crop():
     assert np.array_equal(same, pixels)
     with pytest.raises(ValueError, match="cannot decode"):
         _native.decode_image(b"not an image", 10, 10)
+
+
+@pytest.mark.parametrize("fit", [{"random_crop": RandomResizedCrop()}, {"crop": True}, {"crop": False}],
+                         ids=["random", "centre", "stretch"])
+def test_images_left_to_the_trainer_decode_to_the_loaders_own_batches(module_store, slides, fit):
+    """decode device gpu: the loader hands the stored bytes with each image's box, and the trainer's decode
+    (ringfeed_client; torch on the CPU here) gives the batches the loader's own decode gives, within decoder
+    tolerance: the same samples in the same order, the same random crops epoch after epoch."""
+    pytest.importorskip("torchvision")
+    from ringfeed_client.torch import tensors as decoded
+
+    name, _ = slides
+    own, deferred = (Loader(name, "by-patient", "train", batch_size=16, store=module_store, seed=3, with_uuids=True,
+                            decode=Decode(64, 48, device=device, **fit)) for device in ("cpu", "gpu"))
+    for _ in range(2):
+        expected, batches = len(own), 0
+        for (x, y, uuids), (blobs_x, blobs_y, blobs_uuids) in zip(own, decoded(deferred, device="cpu"), strict=True):
+            assert np.array_equal(uuids, blobs_uuids.numpy()) and np.array_equal(y, blobs_y.numpy())
+            assert blobs_x.shape == x.shape
+            assert np.abs(x.astype(int) - blobs_x.numpy().astype(int)).mean() < 3.0
+            batches += 1
+        assert batches == expected > 0
+
+
+def test_an_image_whose_header_cannot_be_read_is_corrupt_before_the_trainer(module_store, slides):
+    name, _ = slides
+    source = LoaderSource.from_split(name, "by-patient", "test", store=module_store)
+    victim = uuid.UUID(bytes=source.uuids[2].tobytes())
+    original = module_store.session.execute(f"SELECT data FROM {name}.data_by_uuid WHERE uuid = %s",
+                                            (victim,)).one()[0]
+    module_store.session.execute(f"UPDATE {name}.data_by_uuid SET data = %s WHERE uuid = %s", (b"garbage", victim))
+    try:
+        loader = Loader.from_source(source, batch_size=16, decode=Decode(32, 32, device="gpu"), with_uuids=True)
+        batches = list(loader)
+        assert all(isinstance(x, Blobs) and len(x.boxes) == len(x) == len(y) for x, y, _ in batches)
+        assert sum(len(y) for _, y, _ in batches) == len(source.uuids) - 1
+        assert loader.stats.corrupt_samples[0][0] == str(victim) and loader.stats.corrupt == 1
+        assert victim.bytes not in all_uuids(batches)
+    finally:
+        module_store.session.execute(f"UPDATE {name}.data_by_uuid SET data = %s WHERE uuid = %s", (original, victim))
 
 
 def test_raw_tensors_come_back_exact(module_store, tensors):

@@ -182,6 +182,28 @@ def test_stored_bytes_arrive_as_blobs(slides, sidecars):
     assert count == len(train_uuids(slides))
 
 
+def test_images_left_to_the_trainer_arrive_with_their_crops_and_decode_to_the_sidecars_own(slides, sidecars):
+    """--decode-device gpu: the slot holds the stored bytes and each image's box; the trainer's decode (torch on the
+    CPU here) gives what a sidecar decoding itself hands, random crops of the same (seed, epoch, sample)."""
+    pytest.importorskip("torchvision")
+    from ringfeed_client.torch import tensors
+
+    flags = ("--decode", "32x40", "--resize", "random", "--seed", "5", "--epochs", "2")
+    own, deferred = sidecars(*flags), sidecars(*flags, "--decode-device", "gpu")
+    with Feed(own.directory, with_uuids=True) as own_feed, Feed(deferred.directory, with_uuids=True) as feed:
+        for _ in range(2):
+            expected = epoch(own_feed)
+            got = []
+            for blobs, y, uuids in feed:
+                assert isinstance(blobs, Blobs) and blobs.image == (32, 40, 3) and blobs.boxes.shape == (len(y), 5)
+                assert mapped_from_shared_memory(blobs.boxes)
+                (x, y, uuids), = tensors([(blobs, y, uuids)], device="cpu")
+                got.append((x.numpy(), y.numpy(), uuids.numpy()))
+            assert [g[2].tobytes() for g in got] == [e[2].tobytes() for e in expected]
+            for g, e in zip(got, expected, strict=True):
+                assert np.array_equal(g[1], e[1]) and np.abs(g[0].astype(int) - e[0].astype(int)).mean() < 3.0
+
+
 def test_ranks_cover_each_epoch_exactly_once_and_report_its_order_as_lineage(slides, sidecars):
     started = [sidecars("--rank", str(r), "--world-size", "2", "--epochs", "2", "--remainder", "uneven")
                for r in range(2)]

@@ -81,12 +81,31 @@ def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> lis
     mode = decode.get("mode", "none")
     if mode == "image":
         arguments += [f"--decode={decode['height']}x{decode['width']}", f"--channels={decode.get('channels', 3)}",
-                      f"--resize={decode.get('resize', 'crop')}"]
+                      f"--resize={decode.get('resize', 'crop')}", f"--decode-device={decode_device(spec)}"]
         if decode.get("resize") == "random":
             arguments += random_crop_arguments(decode.get("randomCrop") or {})
     elif mode == "tensor":
         arguments.append("--decode=tensor")
     return arguments
+
+
+def decode_device(spec: dict) -> str:
+    """spec.loader.decode.device for the sidecar: ``auto`` is ``gpu`` when a container of the trainer's Pod asks for
+    a GPU (``nvidia.com/gpu``, a MIG slice ``nvidia.com/mig-…``, ``amd.com/gpu``, ``gpu.intel.com/…``), else ``cpu``:
+    the sidecar cannot see the trainer's devices itself."""
+    device = ((spec.get("loader") or {}).get("decode") or {}).get("device", "cpu")
+    if device != "auto":
+        return device
+    containers = spec["template"]["spec"].get("containers") or []
+    resources = {name for container in containers for kind in ("limits", "requests")
+                 for name in ((container.get("resources") or {}).get(kind) or {})}
+    return "gpu" if any(asks_for_gpu(name) for name in resources) else "cpu"
+
+
+def asks_for_gpu(resource: str) -> bool:
+    """Whether an extended resource is a GPU (or a slice of one), by the device plugins' names."""
+    vendor, _, kind = resource.partition("/")
+    return kind == "gpu" or vendor.startswith("gpu.") or (vendor == "nvidia.com" and kind.startswith("mig-"))
 
 
 # spec.loader.decode.randomCrop's defaults (the CRD's): torchvision's scale (0.08, 1), ratio (3/4, 4/3), flip 0.5.

@@ -1,0 +1,123 @@
+"""Images decoded in the trainer (``decode.device: gpu``): the loader hands each image's box, read from its header, and
+``ringfeed_client`` decodes, crops, resizes and mirrors with torch. The result must be the loader's own decode within
+JPEG decoder tolerance, for every kind of crop, format and channel count; a bad image is left out and counted. On a
+machine with a GPU the same checks run there too (nvJPEG)."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+from test_random_crop import IMAGENET, SAMPLES, encoded, photograph
+
+from ringfeed._native import decode_image, image_box, random_crop_box
+from ringfeed.loader import Decode, LoaderOptionsError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+from ringfeed_client.batch import Blobs  # noqa: E402 (after the skip: both need torch)
+from ringfeed_client.decode import ImageDecoder  # noqa: E402
+from ringfeed_client.torch import tensors  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# (name, decode_image/image_box keyword arguments): the training crop and both evaluation fits.
+FITS = [
+    ("random", {"random_crop": IMAGENET, "seed": 11, "epoch": 3}),
+    ("centre", {"crop": True}),
+    ("stretch", {"crop": False}),
+]
+
+
+def blobs_of(images: list[bytes], size: tuple[int, int], channels: int, samples: list[uuid.UUID],
+             **fit) -> Blobs:
+    """A batch as the loader hands it with deferred decoding: the bytes, their spans, each image's box."""
+    height, width = size
+    data = np.frombuffer(bytearray(b"".join(images)), dtype=np.uint8)  # writable, as a feed slot's mapping is
+    ends = np.cumsum([len(image) for image in images])
+    spans = np.stack([ends - [len(image) for image in images], ends], axis=1).astype(np.int64)
+    boxes = np.array([image_box(image, height, width, sample=sample, **fit)
+                      for image, sample in zip(images, samples, strict=True)], dtype=np.int32)
+    return Blobs(data, spans, boxes, (height, width, channels))
+
+
+def loader_decode(image: bytes, size: tuple[int, int], channels: int, sample: uuid.UUID, **fit) -> np.ndarray:
+    height, width = size
+    return np.frombuffer(decode_image(image, height, width, channels, sample=sample, **fit),
+                         dtype=np.uint8).reshape(height, width, channels)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,fit", FITS, ids=[name for name, _ in FITS])
+@pytest.mark.parametrize("size,channels", [((224, 224), 3), ((112, 160), 3), ((64, 64), 1)],
+                         ids=["224-rgb", "112x160-rgb", "64-grey"])
+def test_the_trainers_decode_is_the_loaders_within_decoder_tolerance(device, name, fit, size, channels):
+    """Photographs of several sizes and qualities, both chroma subsamplings, a PNG among them."""
+    images = [encoded(photograph(500, 375, seed=0), quality=92),
+              encoded(photograph(375, 500, seed=1), quality=80, subsampling=0),
+              encoded(photograph(640, 427, seed=2), quality=95),
+              encoded(photograph(333, 250, seed=3), "PNG"),
+              encoded(photograph(96, 72, seed=4), quality=90)]
+    samples = SAMPLES[:len(images)]
+    images_out, kept = ImageDecoder(device).decode(blobs_of(images, size, channels, samples, **fit))
+    assert kept.tolist() == list(range(len(images)))
+    assert images_out.shape == (len(images), *size, channels) and images_out.dtype == torch.uint8
+    assert images_out.device.type == device
+    for index, (image, sample) in enumerate(zip(images, samples, strict=True)):
+        ours = images_out[index].cpu().numpy().astype(np.int16)
+        reference = loader_decode(image, size, channels, sample, **fit).astype(np.int16)
+        difference = np.abs(ours - reference)
+        assert difference.mean() < 3.0, (index, difference.mean())
+        assert np.percentile(difference, 99) < 32, index
+
+
+def test_the_box_of_a_random_crop_is_the_crop_the_loader_draws():
+    image = encoded(photograph(500, 375), quality=90)
+    for sample in SAMPLES[:50]:
+        assert image_box(image, 224, 224, random_crop=IMAGENET, seed=5, epoch=2, sample=sample) == \
+            random_crop_box(500, 375, IMAGENET, 5, 2, sample)
+
+
+def test_a_flipped_box_is_mirrored():
+    image = encoded(photograph(), quality=90)
+    never, always = ((0.08, 1.0), (3 / 4, 4 / 3), 0.0), ((0.08, 1.0), (3 / 4, 4 / 3), 1.0)
+    plain = ImageDecoder("cpu").decode(blobs_of([image], (64, 64), 3, SAMPLES[:1], random_crop=never))[0]
+    flipped = ImageDecoder("cpu").decode(blobs_of([image], (64, 64), 3, SAMPLES[:1], random_crop=always))[0]
+    assert torch.equal(plain.flip(2), flipped)
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xd8\xff" + bytes(500), b"\x89PNG\r\n\x1a\n" + bytes(100)],
+                         ids=["jpeg-body", "png-body"])
+def test_an_image_that_cannot_be_decoded_leaves_the_batch_with_its_label_and_is_counted(bad):
+    """Its header was read (the loader boxed it), its body is broken: it goes, the others keep their order."""
+    good = encoded(photograph(), quality=90)
+    blobs = blobs_of([good, good, good], (32, 32), 3, SAMPLES[:3], crop=False)
+    blobs.data = np.frombuffer(bytearray(good + bad + good), dtype=np.uint8)
+    blobs.spans = np.array([[0, len(good)], [len(good), len(good) + len(bad)],
+                            [len(good) + len(bad), 2 * len(good) + len(bad)]], dtype=np.int64)
+    labels, uuids = np.array([7, 8, 9]), np.arange(48, dtype=np.uint8).reshape(3, 16)
+    (x, y, ids), = tensors([(blobs, labels, uuids)], device="cpu")
+    assert x.shape == (2, 32, 32, 3)
+    assert y.tolist() == [7, 9] and ids[:, 0].tolist() == [0, 32]
+
+
+def test_batches_the_loader_decoded_pass_as_tensors_over_the_same_memory():
+    x, y = np.zeros((2, 4, 4, 3), dtype=np.uint8), np.array([1, 2])
+    (tx, ty), = tensors([(x, y)])
+    tx[0, 0, 0, 0] = 5
+    assert x[0, 0, 0, 0] == 5 and ty.tolist() == [1, 2]
+
+
+def test_stored_bytes_without_boxes_are_not_decoded():
+    blobs = Blobs(np.zeros(4, dtype=np.uint8), np.array([[0, 4]]))
+    (x, _), = tensors([(blobs, np.array([0]))])
+    assert x is blobs
+    with pytest.raises(ValueError, match="without boxes"):
+        ImageDecoder("cpu").decode(blobs)
+
+
+def test_decode_device_is_checked_and_auto_settles_to_what_torch_sees():
+    with pytest.raises(LoaderOptionsError, match="decode device must be one of cpu, gpu, auto"):
+        Decode(224, 224, device="tpu")
+    assert Decode(8, 8, device="gpu").on_device().device == "gpu"
+    assert Decode(8, 8, device="auto").on_device().device == ("gpu" if torch.cuda.is_available() else "cpu")
