@@ -3,11 +3,19 @@
 # that pin them, with a symlink $cache/bin to the current one. A key already built is reused at once.
 
 # keyed_build_key CACHE FILE…: sets `key` (of the FILEs' contents) and `out` ($CACHE/<key>). Not in a condition: a
-# FILE that is missing must stop the build (errexit does not apply inside an `if`).
+# FILE that is missing must stop the build (errexit does not apply inside an `if`). Holds $CACHE's lock until the
+# script exits: a second build of the same binaries (make test starts one in the background) waits for the first,
+# then reuses what it built.
 keyed_build_key() {
     cache=$1
     key=$(cat "${@:2}" | sha256sum | cut -c1-16)
     out=$cache/$key
+    mkdir -p "$cache"
+    exec {keyed_build_lock}>"$cache/.lock"
+    flock --nonblock "$keyed_build_lock" || {
+        echo "$(basename "$cache"): waiting for the build in progress (make test's is logged in .state/k8s-binaries.log)"
+        flock "$keyed_build_lock"
+    }
 }
 
 # keyed_build_reused: when `key` is built, links $cache/bin to it and succeeds; else fails (the caller builds into

@@ -1,6 +1,7 @@
 """The chart's values are documented everywhere a user looks: a `## @param` line in values.yaml for every value, the
 same key typed in values.schema.json, and the same line in the README's table. `helm lint` checks the schema itself
-(e2e/tests/test_operator.py); the monitoring values are rendered here when helm is at hand (`make deps` builds it)."""
+(e2e/tests/test_operator.py); the monitoring values are rendered here when helm is at hand (`make k8s-binaries`
+builds it; `make test` runs these tests after it)."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def rendered(*values: str, api_versions: tuple[str, ...] = ()) -> list[dict]:
 WITH_PROMETHEUS_OPERATOR = tuple(f"monitoring.coreos.com/v1/{kind}" for kind in PROMETHEUS_OPERATOR_KINDS)
 
 
-@pytest.mark.skipif(HELM is None, reason="helm is not installed (make deps)")
+@pytest.mark.skipif(HELM is None, reason="helm is not built (make k8s-binaries)")
 def test_the_metrics_service_carries_the_scrape_annotations():
     def services(*values: str) -> list[dict]:
         return [d for d in rendered(*values) if d["kind"] == "Service"]
@@ -109,7 +110,7 @@ def test_the_metrics_service_carries_the_scrape_annotations():
     assert services("monitoring.service.enabled=false") == [] == services("operator.metricsPort=0")
 
 
-@pytest.mark.skipif(HELM is None, reason="helm is not installed (make deps)")
+@pytest.mark.skipif(HELM is None, reason="helm is not built (make k8s-binaries)")
 def test_prometheus_operator_objects_come_only_where_its_api_is_served_with_the_selecting_labels():
     assert not [d for d in rendered() if d["kind"] in PROMETHEUS_OPERATOR_KINDS]
     objects = rendered("monitoring.labels.release=kube-prometheus-stack", api_versions=WITH_PROMETHEUS_OPERATOR)
@@ -138,7 +139,7 @@ def test_prometheus_operator_objects_come_only_where_its_api_is_served_with_the_
         assert len([d for d in off if d["kind"] in PROMETHEUS_OPERATOR_KINDS]) < len(kinds), name
 
 
-@pytest.mark.skipif(HELM is None, reason="helm is not installed (make deps)")
+@pytest.mark.skipif(HELM is None, reason="helm is not built (make k8s-binaries)")
 def test_every_dashboard_ships_as_a_configmap_labelled_for_grafanas_sidecar():
     files = sorted((CHART / "files" / "monitoring" / "dashboards").glob("*.json"))
     assert len(files) == 3
@@ -153,7 +154,7 @@ def test_every_dashboard_ships_as_a_configmap_labelled_for_grafanas_sidecar():
                 and d["metadata"]["labels"].get("app.kubernetes.io/component") == "monitoring"]
 
 
-@pytest.mark.skipif(HELM is None, reason="helm is not installed (make deps)")
+@pytest.mark.skipif(HELM is None, reason="helm is not built (make k8s-binaries)")
 def test_the_network_policy_values_reach_the_operator_with_the_releases_namespace_and_labels():
     def operator_network(*values: str):
         documents = rendered(*values)
