@@ -171,7 +171,7 @@ lint-shell: ## shellcheck -S warning on every tracked shell script (following th
 # The operator's tests render the chart with its helm, so they come after it.
 test: ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	@mkdir -p .state && { nice -n 10 e2e/cluster/build-binaries.sh >.state/k8s-binaries.log 2>&1 & }
-	$(MAKE) --no-print-directory deps test-rust alluxio $(WANPROXY) prometheus
+	$(MAKE) --no-print-directory deps test-rust alluxio $(WANPROXY) prometheus wheels
 	$(PY) -m pytest --durations=15 client/tests dataplane/tests monitoring/tests
 	$(MAKE) --no-print-directory k8s-binaries images lint-security
 	$(PY) -m pytest --durations=5 operator/tests

@@ -143,7 +143,7 @@ def test_sidecar_arguments_are_a_valid_ringfeed_serve_command(decode, expected):
     assert arguments[:3] == ["serve", "tumour_slides", "by-patient"]
     assert {"--batch-size=32", "--seed=7", "--no-shuffle", "--version=3", "--world-size=2", "--epochs=10"} <= set(
         arguments)
-    assert [a for a in arguments if a.startswith(("--decode=", "--channels", "--resize"))] == expected
+    assert [a for a in arguments if a.startswith(("--decode=", "--decode-device", "--channels", "--resize"))] == expected
     # The operator's command is one `ringfeed serve` accepts: parsed and type-checked by click, not run.
     serve = ringfeed_cli.get_command(None, "serve")
     context = serve.make_context("serve", [a.replace("$(RINGFEED_POD_INDEX)", "1") for a in arguments[1:]])
@@ -176,7 +176,8 @@ def test_a_random_crop_reaches_the_sidecar_as_the_fractions_it_stands_for(random
     ({"limits": {"gpu.intel.com/i915": 1}}, "gpu"),
     ({"limits": {"cpu": "4", "memory": "8Gi"}}, "cpu"),
     ({"limits": {"nvidia.com/nic": 1, "example.com/gpus-not": 1}}, "cpu"),
-    (None, "cpu"),
+    ({}, "cpu"),
+    (None, "gpu"),  # the sample's trainer: nvidia.com/gpu 1
 ])
 def test_decode_device_auto_is_gpu_where_the_template_asks_for_a_gpu(resources, device):
     job = trainingjob(loader={"decode": {"mode": "image", "width": 64, "height": 64, "device": "auto"}})

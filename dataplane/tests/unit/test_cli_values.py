@@ -19,7 +19,7 @@ import ringfeed.cli.load as load_cli
 from ringfeed.cli import main
 from ringfeed.cli.types import PORT
 from ringfeed.errors import RingfeedError
-from ringfeed.loader import Decode, RandomResizedCrop
+from ringfeed.loader import Decode, LoaderOptions, RandomResizedCrop
 from ringfeed.loader.loader import LoaderStats
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.store import DatasetInfo
@@ -196,9 +196,10 @@ def test_the_local_ring_is_where_the_makefile_and_the_demo_look(monkeypatch, tmp
 class FakeLoader:
     """Four batches of two samples per epoch, as ringfeed.Loader yields them."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, options=None, **kwargs):
         self.epoch = 0
         self.stats = LoaderStats()
+        self.options = options or LoaderOptions()
 
     def __len__(self):
         return 4

@@ -219,6 +219,7 @@ class FakeFetcher:
         batch.positions = np.arange(count, dtype=np.int64).tobytes()
         batch.labels = np.zeros(count, dtype=np.int32).tobytes()
         batch.data = bytes(count * 8 * 8 * 3)
+        batch.boxes = None  # the loader decodes itself (decode device cpu)
         return batch
 
     def close(self) -> None:
