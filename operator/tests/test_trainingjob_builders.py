@@ -143,7 +143,8 @@ def test_sidecar_arguments_are_a_valid_ringfeed_serve_command(decode, expected):
     assert arguments[:3] == ["serve", "tumour_slides", "by-patient"]
     assert {"--batch-size=32", "--seed=7", "--no-shuffle", "--version=3", "--world-size=2", "--epochs=10"} <= set(
         arguments)
-    assert [a for a in arguments if a.startswith(("--decode=", "--decode-device", "--channels", "--resize"))] == expected
+    decoding = ("--decode=", "--decode-device", "--channels", "--resize")
+    assert [a for a in arguments if a.startswith(decoding)] == expected
     # The operator's command is one `ringfeed serve` accepts: parsed and type-checked by click, not run.
     serve = ringfeed_cli.get_command(None, "serve")
     context = serve.make_context("serve", [a.replace("$(RINGFEED_POD_INDEX)", "1") for a in arguments[1:]])
