@@ -216,6 +216,10 @@ bench-loader: deps $(REFREADER) ## Loader vs a Rust scylla reader, a Python driv
 bench-decode: deps ## Training decode: RandomResizedCrop + flip fused into the JPEG decode vs full decode then crop (BAR line)
 	$(PY) benchmarks/bench_decode.py
 
+bench-peers: deps ## Ringfeed vs torchvision DataLoader, DALI, WebDataset, MosaicML Streaming, LitData: same JPEGs, same cores (BAR lines)
+	@scripts/bench-peers-venv.sh >/dev/null || echo "bench-peers: no peers' venv (above: why); their rows are left out" >&2
+	$(PY) -X faulthandler benchmarks/bench_peers.py --plot docs/figures/bench-peers.png
+
 bench-wan: deps $(WANPROXY) ## The loader's defaults at 0-100 ms of round trip through a latency-only proxy (BAR lines)
 	$(PY) -X faulthandler benchmarks/bench_wan.py --wanproxy $(WANPROXY)
 
@@ -251,4 +255,4 @@ capacity: | $(VENV)/.installed ## The capacity model (docs/capacity.md): sizing 
 clean: local-down cluster-down ## Remove state, venv and build outputs (keeps downloaded jars and cluster binaries)
 	rm -rf .state $(VENV) dataplane/native/target benchmarks/refwriter/target benchmarks/refreader/target benchmarks/wanproxy/target .cache/images
 
-.PHONY: help deps prometheus alluxio k8s-binaries kwok node-packages wheels images push chart previous-release kueue cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-decode bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale bench-operator-scale capacity clean
+.PHONY: help deps prometheus alluxio k8s-binaries kwok node-packages wheels images push chart previous-release kueue cluster-up cluster-down cluster-status cluster-shell kind-up demo local-up local-down lint lint-python lint-rust lint-chart lint-security lint-shell test test-unit test-rust test-integration test-e2e bench-ingest bench-loader bench-decode bench-peers bench-split bench-sidecar bench-train bench-wan bench-cache bench-ring-nodes bench-ring-scale bench-operator-scale capacity clean

@@ -240,8 +240,8 @@ def nodes_for(load: Load, node: Node = RING_NODE) -> int:
 
 
 def sidecar_cores_per_gpu(images_per_s_per_gpu: float, sample_bytes: int) -> float:
-    """CPU cores that one GPU's loader sidecar needs to read and decode its images (Ringfeed has no GPU decode
-    path): the measured CPU per image, scaled by the JPEG's size."""
+    """CPU cores that one GPU's loader sidecar needs to read and decode its images with CPU decode (decode device
+    gpu moves the decode to the GPU, not measured yet): the measured CPU per image, scaled by the JPEG's size."""
     _positive(images_per_s_per_gpu=images_per_s_per_gpu, sample_bytes=sample_bytes)
     return images_per_s_per_gpu * DECODE_CPU_MS_PER_IMAGE.value / 1000 * sample_bytes / DECODE_JPEG_BYTES.value
 

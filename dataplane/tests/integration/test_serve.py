@@ -198,7 +198,7 @@ def test_images_left_to_the_trainer_arrive_with_their_crops_and_decode_to_the_si
                 assert isinstance(blobs, Blobs) and blobs.image == (32, 40, 3) and blobs.boxes.shape == (len(y), 5)
                 assert mapped_from_shared_memory(blobs.boxes)
                 (x, y, uuids), = tensors([(blobs, y, uuids)], device="cpu")
-                got.append((x.numpy(), y.numpy(), uuids.numpy()))
+                got.append((x.numpy(), y.numpy().copy(), uuids.numpy().copy()))  # y, uuids: views of the slot
             assert [g[2].tobytes() for g in got] == [e[2].tobytes() for e in expected]
             for g, e in zip(got, expected, strict=True):
                 assert np.array_equal(g[1], e[1]) and np.abs(g[0].astype(int) - e[0].astype(int)).mean() < 3.0

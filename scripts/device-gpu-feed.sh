@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU feed's checks on the device machine (issue 32), after scripts/device-run.sh has unpacked part1-3:
+#   scripts/device-gpu-feed.sh decode   the trainer's decode on the GPU: its tests (GPU against CPU, within decoder
+#                                       tolerance), bench_gpu_decode, then bench-train with ResNet-18 decoding on the GPU
+#   scripts/device-gpu-feed.sh resnet50       bench-train with ResNet-50 decoding on the GPU
+#   scripts/device-gpu-feed.sh resnet18-cpu   ResNet-18 decoding on the CPU (the sidecar's 14 threads), the same photographs
+# Each step has a time limit that keeps the call inside the device's 10 minutes; output goes to $OUT as well.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit
+out=${OUT:-.state/device}
+mkdir -p "$out"
+step() { # name limit_s command…
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (at most ${limit} s)"
+    timeout --signal=TERM --kill-after=10 "$limit" scripts/device-run.sh run "$@" 2>&1 | tee "$out/$name.log" | tail -40
+}
+train() { # model decode-device limit
+    step "train-$1-$2" "$3" python3 benchmarks/bench_sidecar.py --train --model "$1" --images imagenet \
+        --jpegs 4000 --rounds 5 --decode-device "$2"
+}
+python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
+case ${1:-} in
+  decode)
+    step decode-tests 150 python3 -m pytest -q -p no:cacheprovider dataplane/tests/unit/test_trainer_decode.py
+    step gpu-decode 120 python3 benchmarks/bench_gpu_decode.py --images 2048 --rounds 5
+    train resnet18 gpu 280
+    ;;
+  resnet50)
+    train resnet50 gpu 290
+    ;;
+  resnet18-cpu)
+    train resnet18 cpu 250
+    ;;
+  *) echo "usage: $0 decode | resnet50 | resnet18-cpu" >&2; exit 2 ;;
+esac
