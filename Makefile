@@ -168,10 +168,11 @@ lint-shell: ## shellcheck -S warning on every tracked shell script (following th
 
 # The cluster's Go build (~13 min cold on 2 cores) starts first, in the background at a lower priority: it takes the
 # CPU that the downloads and the tests against Cassandra leave idle, and `make k8s-binaries` waits for it (a lock).
-# The operator's tests render the chart with its helm, so they come after it.
+# The operator's tests render the chart with its helm, so they come after it; the wheels (nasm, from node-packages)
+# come before the integration tests, which check them.
 test: ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	@mkdir -p .state && { nice -n 10 e2e/cluster/build-binaries.sh >.state/k8s-binaries.log 2>&1 & }
-	$(MAKE) --no-print-directory deps test-rust alluxio $(WANPROXY) prometheus wheels
+	$(MAKE) --no-print-directory deps test-rust alluxio $(WANPROXY) prometheus node-packages wheels
 	$(PY) -m pytest --durations=15 client/tests dataplane/tests monitoring/tests
 	$(MAKE) --no-print-directory k8s-binaries images lint-security
 	$(PY) -m pytest --durations=5 operator/tests
