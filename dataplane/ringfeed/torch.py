@@ -37,7 +37,7 @@ import torch.utils.data
 
 from ringfeed.connection import ClusterAddress
 from ringfeed.errors import RingfeedError
-from ringfeed.loader import Decode, Loader, LoaderOptions, LoaderSource
+from ringfeed.loader import Loader, LoaderOptions, LoaderSource
 from ringfeed.loader.plan import EpochPlan
 from ringfeed_client.torch import tensors
 
@@ -225,8 +225,7 @@ class RingfeedDataLoader(torch.utils.data.DataLoader):
             self.dataset.load_state_dict(self.state_dict())
         self._start, self._consumed = self.dataset.state_dict(), 0
         batches = super().__iter__()
-        decode = self.dataset.options.decode
-        if isinstance(decode, Decode) and decode.device == "gpu":
+        if self.dataset.options.trainer_decode is not None:
             batches = tensors(batches)  # the images the workers left undecoded, decoded here on the GPU
         for batch in batches:
             self._consumed += 1

@@ -155,13 +155,10 @@ impl Session {
             (None, Some(0)) => {
                 return Err(PyValueError::new_err("raw_item_bytes must be positive"));
             }
-            (None, Some(_)) if defer_decode => {
+            (None, _) if defer_decode => {
                 return Err(PyValueError::new_err("defer_decode needs image_size"));
             }
             (None, Some(item_bytes)) => Decode::Raw { item_bytes },
-            (None, None) if defer_decode => {
-                return Err(PyValueError::new_err("defer_decode needs image_size"));
-            }
             (None, None) => Decode::Bytes,
         };
         if decode_threads == 0 {

@@ -49,8 +49,7 @@ def parse_size(text: str | None):
 def run_epochs(loader, epochs: int) -> list[tuple[int, float]]:
     """Iterates `epochs` epochs with a progress bar; returns (samples, seconds) per epoch. Images the loader leaves
     to the GPU (decode device gpu) are decoded there, as a trainer's ``ringfeed_client.torch.tensors`` does."""
-    decode = loader.options.decode
-    on_gpu = isinstance(decode, Decode) and decode.device == "gpu"
+    on_gpu = loader.options.trainer_decode is not None
     results = []
     with progress_bar() as progress:
         for _ in range(epochs):

@@ -369,7 +369,7 @@ class Loader:
             if isinstance(decode, Decode):
                 decoding = dict(image_size=(decode.height, decode.width), channels=decode.channels, crop=decode.crop,
                                 decode_threads=self.options.decode_threads or min(8, os.cpu_count() or 1),
-                                defer_decode=decode.device == "gpu")
+                                defer_decode=self.options.trainer_decode is not None)
                 if decode.random_crop is not None:
                     decoding.update(random_crop=decode.random_crop.native(), seed=self.options.seed)
             elif decode == TENSOR:

@@ -175,6 +175,12 @@ class LoaderOptions:
         if not (isinstance(self.shard, tuple) and len(self.shard) == 2 and 0 <= self.shard[0] < self.shard[1]):
             raise LoaderOptionsError(f"shard must be (index, count) with 0 <= index < count, got {self.shard}")
 
+    @property
+    def trainer_decode(self) -> Decode | None:
+        """The decode left to the trainer (decode device gpu: images are handed undecoded, each with its box), else
+        None."""
+        return self.decode if isinstance(self.decode, Decode) and self.decode.device == "gpu" else None
+
     @classmethod
     def build(cls, options: LoaderOptions | None = None, **fields) -> LoaderOptions:
         """`options` (default: the defaults) with `fields` changed and validated again: how the keyword form of

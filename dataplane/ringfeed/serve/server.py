@@ -29,7 +29,7 @@ from pathlib import Path
 from ringfeed._native import LoaderMetrics
 from ringfeed.errors import RingfeedError, RingTimeout, RingUnavailable
 from ringfeed.lineage import epoch_digest
-from ringfeed.loader import Decode, Loader, LoaderSource
+from ringfeed.loader import Loader, LoaderSource
 from ringfeed.serve.slots import Slots
 from ringfeed_client.batch import Blobs
 from ringfeed_client.protocol import VERSION, ArraySpec, FeedClosed, receive, send, socket_path
@@ -117,10 +117,12 @@ class Producer(threading.Thread):
                     if self.stopping.is_set():
                         return
                     slot = self.slots.take(POLL_S)
-                arrays = [("x", x)]
                 if isinstance(x, Blobs):
-                    arrays = [("data", x.data), ("spans", x.spans)] + ([("boxes", x.boxes)] if x.boxes is not None
-                                                                       else [])
+                    arrays = [("data", x.data), ("spans", x.spans)]
+                    if x.boxes is not None:
+                        arrays.append(("boxes", x.boxes))
+                else:
+                    arrays = [("x", x)]
                 specs, size = self.slots.write(slot, [*arrays, ("y", y), ("uuids", uuids)])
                 after = loader.state_dict()
                 self._put(Batch(slot, size, specs, len(y), epoch, before, after))
@@ -370,8 +372,7 @@ class FeedServer:
         welcome = {"type": "welcome", "state": self.position, "epochs": self.epochs, "rank": options.rank,
                    "world_size": options.world_size, "split": self.source.split, "part": self.source.part,
                    "done": self.position["epoch"] >= self.epochs}
-        decode = options.decode
-        if isinstance(decode, Decode) and decode.device == "gpu":
+        if (decode := options.trainer_decode) is not None:
             welcome["image"] = [decode.height, decode.width, decode.channels]  # the trainer decodes to this shape
         return welcome
 
