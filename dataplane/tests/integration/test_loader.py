@@ -412,13 +412,16 @@ def test_batch_buffers_are_recycled_once_released(module_store, slides):
     loader = Loader(name, "by-patient", "train", batch_size=8, store=module_store, decode=Decode(640, 640),
                     prefetch=2, memory_bytes=32 * 2**20)
     batches = 0
-    for x, _ in loader:
-        batches += 1
-        del x  # the training step is done with the batch
+    for _epoch in range(3):
+        for x, _ in loader:
+            batches += 1
+            del x  # the training step is done with the batch
     # Without the pool every batch would allocate its buffer; with it, about the batches alive at once do (in
-    # flight, being handed over, held by the consumer; the pool keeps `memory_bytes` of released ones).
-    assert batches > 20 and loader.stats.max_batches_in_flight < 10
-    assert 0 < loader.stats.buffers_allocated <= batches // 3
+    # flight, being handed over, held by the consumer; the pool keeps `memory_bytes` of released ones). The window
+    # breathes with the link, and a buffer released into a full pool is dropped, so a few more are allocated over
+    # time: three epochs keep that noise well below the bound.
+    assert batches > 100 and loader.stats.max_batches_in_flight < 10
+    assert 0 < loader.stats.buffers_allocated <= batches // 4, loader.stats
 
 
 def test_an_in_process_loader_serves_its_metrics_from_the_native_counters(module_store, slides):
