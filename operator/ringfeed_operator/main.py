@@ -21,6 +21,7 @@ import logging
 import kopf
 import prometheus_client
 
+from ringfeed_operator import memory_report
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers import dataset, ring, split, trainingjob
@@ -48,6 +49,7 @@ def run(config: Config) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if config.metrics_port:
         prometheus_client.start_http_server(config.metrics_port, addr=config.bind)
+    memory_report.install()
     asyncio.run(kopf.operator(
         clusterwide=not config.watch_namespaces,
         namespaces=list(config.watch_namespaces),
@@ -119,9 +121,17 @@ def reconcile_dataset(**kwargs) -> None:
     dataset.reconcile(**kwargs)
 
 
-@kopf.timer(*DATASETS, interval=POLL_S, initial_delay=POLL_S)
+@kopf.timer(*DATASETS, interval=POLL_S, initial_delay=POLL_S, when=dataset.in_progress)
 @counted("Dataset")
 def watch_dataset(**kwargs) -> None:
+    dataset.watch(**kwargs)
+    drop_unchanged_status(kwargs["patch"], kwargs["status"])
+
+
+# kopf stops and starts a filtered timer as the object's events change what its filter says.
+@kopf.timer(*DATASETS, interval=dataset.REST_CHECK_S, initial_delay=dataset.REST_CHECK_S, when=dataset.at_rest)
+@counted("Dataset")
+def refresh_dataset(**kwargs) -> None:
     dataset.watch(**kwargs)
     drop_unchanged_status(kwargs["patch"], kwargs["status"])
 
