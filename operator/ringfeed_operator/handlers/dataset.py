@@ -277,7 +277,7 @@ def _observe_cache(name: str, namespace: str, spec: dict, status: dict, body: di
         event(body, "CacheWarm", message)
 
 
-def in_progress(spec: Mapping, status: Mapping, meta: Mapping, body: Mapping, **_) -> bool:
+def in_progress(spec: Mapping, status: Mapping, meta: Mapping, body: dict, **_) -> bool:
     """Something the Dataset's timer follows changes by itself soon (the POLL_S timer's filter; the others are at
     rest): this generation or its tables not made yet, an ingest Job not seen ending, a cache tier (its Pods come
     and go)."""
