@@ -10,6 +10,7 @@ process that restarts (and mounts again) is seen by trainers that started before
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -54,7 +55,7 @@ def quantity_bytes(value: str | int) -> int:
     return int(size)
 
 
-def cache_spec(dataset: dict) -> dict | None:
+def cache_spec(dataset: Mapping[str, Any]) -> dict | None:
     """spec.cache.alluxio, or None when the Dataset has no cache tier."""
     return ((dataset.get("spec") or {}).get("cache") or {}).get("alluxio")
 

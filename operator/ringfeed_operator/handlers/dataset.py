@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 from collections.abc import Mapping
+from typing import Any
 
 import kopf
 
@@ -277,7 +278,8 @@ def _observe_cache(name: str, namespace: str, spec: dict, status: dict, body: di
         event(body, "CacheWarm", message)
 
 
-def in_progress(spec: Mapping, status: Mapping, meta: Mapping, body: dict, **_) -> bool:
+def in_progress(spec: Mapping[str, Any], status: Mapping[str, Any], meta: Mapping[str, Any], body: Mapping[str, Any],
+                **_) -> bool:
     """Something the Dataset's timer follows changes by itself soon (the POLL_S timer's filter; the others are at
     rest): this generation or its tables not made yet, an ingest Job not seen ending, a cache tier (its Pods come
     and go)."""
