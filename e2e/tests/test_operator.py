@@ -288,7 +288,7 @@ def test_split_is_computed_with_the_engines_figures_and_is_immutable(cluster: Cl
     assert columns[1].split()[:5] == ["by-patient", "True", "slides", str(status["samples"]), "train,val,test"]
     # The Dataset counts its Splits (the SPLITS column).
     cluster.wait("Dataset slides counts 1 Split",
-                 lambda: get(cluster, ns, "datasets", "slides")["status"].get("splits") == 1, 30)
+                 lambda: get(cluster, ns, "datasets", "slides")["status"].get("splits") == 1, 60)
 
 
 def test_a_ring_certificate_from_another_ca_is_refused(cluster: Cluster, ns: str, ring, source, tmp_path):
