@@ -67,6 +67,7 @@ OUT = REPO / ".state" / "bench"
 FIRST_STATUS_BAR_S, RSS_BAR_MIB, REQUESTS_BAR = 5.0, 512.0, 1.0
 CHURN_FRACTION = 0.10
 SAMPLE_S = 2.0  # the operator's memory, read this often
+TRACE_FRAMES = 8  # --trace-memory: frames kept per allocation
 METRICS_PORT = 9090  # the chart's operator.metricsPort
 
 
@@ -194,6 +195,17 @@ def checkpoint(count: int, measured: dict) -> None:
     path.write_text(json.dumps({**so_far, **measured}, indent=1))
 
 
+def memory_report(cluster: Cluster, count: int) -> None:
+    """The operator's largest allocation sites at rest (its memory_report), into the output folder."""
+    cluster.kubectl("exec", "-n", SYSTEM, f"deploy/{RELEASE}", "-c", "operator", "--", "python", "-c",
+                    "import os, signal; os.kill(1, signal.SIGUSR1)")
+    time.sleep(30)  # the snapshot of a few hundred MiB of traced blocks takes a while
+    logs = cluster.kubectl("logs", "-n", SYSTEM, f"deploy/{RELEASE}", "-c", "operator", "--since=5m").stdout
+    report = [line for line in logs.splitlines() if "memory report" in line]
+    (OUT / f"operator-scale-{count}.memory.txt").write_text("\n".join(report) + "\n")
+    progress(f"memory report: {len(report)} lines in {OUT / f'operator-scale-{count}.memory.txt'}")
+
+
 def bar(name: str, value: float, limit: float) -> bool:
     print(f"BAR {name} {value:.3f} {limit:g} {'PASS' if value <= limit else 'FAIL'}")
     return value <= limit
@@ -210,8 +222,10 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
     try:
         cluster.kubectl("create", "namespace", SYSTEM)
         cluster.allow_pulls(SYSTEM)
+        tracing = ("--set", "operator.extraEnv[0].name=PYTHONTRACEMALLOC", "--set-string",
+                   f"operator.extraEnv[0].value={TRACE_FRAMES}") if args.trace_memory else ()
         cluster.helm("install", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--set",
-                     "operator.verbose=false", "--wait", "--timeout", "180s", timeout=240)
+                     "operator.verbose=false", *tracing, "--wait", "--timeout", "180s", timeout=240)
         operator = Operator(cluster)
         probes.apply_flow_schemas(cluster, folder, SYSTEM, operator.service_account)
         nodes = SimulatedNodes(cluster.core, CACHE / "kwok" / "bin" / "kwok", cluster.kubeconfig,
@@ -241,6 +255,8 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
             objects = 3 * (args.count + len(namespaces))
             rest = window(cluster, usage, operator, args.rest_s, objects)
             checkpoint(args.count, {"rest": rest, "peak_rss_mib": usage.peak_rss_mib})
+            if args.trace_memory:
+                memory_report(cluster, args.count)
             progress(f"rest: {rest['requests_per_object_minute']} requests per object-minute")
             churn = window(cluster, usage, operator, args.churn_s, objects,
                            during=lambda seconds: scenario.churn(load, CHURN_FRACTION, seconds))
@@ -269,6 +285,9 @@ def main() -> int:
     parser.add_argument("--churn-s", type=float, default=180)
     parser.add_argument("--timeout-s", type=float, help="per kind and phase (default: 120 s + 1 s per triple)")
     parser.add_argument("--ring-heap", default="2G", help="the Cassandra node's heap (two tables per Dataset)")
+    parser.add_argument("--trace-memory", action="store_true",
+                        help=f"run the operator with PYTHONTRACEMALLOC={TRACE_FRAMES} (slower) and save its memory "
+                             "report at rest: where its memory is, not a figure for the bar")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running (make cluster-down stops it)")
     args = parser.parse_args()
     args.timeout_s = args.timeout_s or 120 + args.count
