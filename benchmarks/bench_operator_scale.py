@@ -227,11 +227,13 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
         cluster.helm("install", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--set",
                      "operator.verbose=false", *tracing, "--wait", "--timeout", "180s", timeout=240)
         operator = Operator(cluster)
-        probes.apply_flow_schemas(cluster, folder, SYSTEM, operator.service_account)
+        level, distinguisher = probes.apply_flow_schemas(cluster, folder, SYSTEM, operator.service_account,
+                                                         f"{RELEASE}-operator")
         nodes = SimulatedNodes(cluster.core, CACHE / "kwok" / "bin" / "kwok", cluster.kubeconfig,
                                folder / "kwok.log", args.nodes)
         nodes.start()
-        progress(f"chart installed, {args.nodes} simulated nodes Ready, the real node cordoned")
+        progress(f"chart installed (the operator's requests at priority level {level}, flows {distinguisher}), "
+                 f"{args.nodes} simulated nodes Ready, the real node cordoned")
         namespaces = [f"bench-{index}" for index in range(args.namespaces)]
         for namespace in namespaces:
             cluster.kubectl("create", "namespace", namespace)

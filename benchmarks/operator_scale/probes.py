@@ -4,14 +4,16 @@ the other processes on the same cores, and the operator's own handler counters.
 Requests: the apiserver's `apiserver_request_total` has no user label, and kwok, the controllers and the kubelet
 talk to the same apiserver. API Priority and Fairness classifies every request by a FlowSchema, whose subjects can
 be one ServiceAccount, and counts it under that FlowSchema (`apiserver_flowcontrol_dispatched_requests_total`). The
-benchmark adds FlowSchemas matching only the operator's ServiceAccount, one per verb, all sending it to the same
-priority level as the built-in `service-accounts` FlowSchema did (`workload-low`), so nothing changes for the
-operator but the name its requests are counted under. No apiserver flag, restart or audit log is needed; watches
+benchmark adds FlowSchemas matching only the operator's ServiceAccount, one per verb, all sending it to the priority
+level, with the distinguisher, of the FlowSchema that matched it before (the chart's own, else the built-in
+`service-accounts`: `workload-low`, by user), so nothing changes for the operator but the name its requests are
+counted under. No apiserver flag, restart or audit log is needed; watches
 count once, when they start.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -24,7 +26,7 @@ from kubecluster import Cluster
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 PREFIX = "ringfeed-bench-operator"
-PRIORITY_LEVEL = "workload-low"  # where the built-in `service-accounts` FlowSchema sends ServiceAccounts
+BUILT_IN = ("workload-low", "ByUser")  # where the built-in `service-accounts` FlowSchema sends ServiceAccounts, how
 _DISPATCHED = re.compile(r'^apiserver_flowcontrol_dispatched_requests_total\{flow_schema="([^"]+)"[^}]*\} (\S+)$')
 _REQUESTS = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -32,7 +34,7 @@ _RECONCILES = re.compile(r'^ringfeed_operator_reconciles_total\{[^}]*handler="([
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def flow_schemas(namespace: str, service_account: str) -> list[dict]:
+def flow_schemas(namespace: str, service_account: str, level: str, distinguisher: str) -> list[dict]:
     """One FlowSchema per verb for the ServiceAccount's requests, and one for whatever else it sends."""
     subject = [{"kind": "ServiceAccount", "serviceAccount": {"namespace": namespace, "name": service_account}}]
 
@@ -42,8 +44,8 @@ def flow_schemas(namespace: str, service_account: str) -> list[dict]:
         if non_resource:
             rule["nonResourceRules"] = [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
         return {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": name},
-                "spec": {"priorityLevelConfiguration": {"name": PRIORITY_LEVEL}, "matchingPrecedence": precedence,
-                         "distinguisherMethod": {"type": "ByUser"}, "rules": [rule]}}
+                "spec": {"priorityLevelConfiguration": {"name": level}, "matchingPrecedence": precedence,
+                         "distinguisherMethod": {"type": distinguisher}, "rules": [rule]}}
     return ([schema(f"{PREFIX}-{verb}", 100 + index, [verb]) for index, verb in enumerate(VERBS)]
             + [schema(f"{PREFIX}-other", 199, ["*"], non_resource=True)])
 
@@ -67,10 +69,20 @@ def request_counts(cluster: Cluster) -> dict[str, float]:
     return counts
 
 
-def apply_flow_schemas(cluster: Cluster, folder: Path, namespace: str, service_account: str) -> None:
+def apply_flow_schemas(cluster: Cluster, folder: Path, namespace: str, service_account: str,
+                       chart_schema: str) -> tuple[str, str]:
+    """The benchmark's FlowSchemas, at the level and with the distinguisher of `chart_schema` where the chart made
+    it (operator.apiPriority), else of the built-in schema; → that (level, distinguisher)."""
+    found = cluster.kubectl("get", "flowschema", chart_schema, "-o", "json", check=False)
+    if found.returncode == 0:
+        spec = json.loads(found.stdout)["spec"]
+        level, distinguisher = spec["priorityLevelConfiguration"]["name"], spec["distinguisherMethod"]["type"]
+    else:
+        level, distinguisher = BUILT_IN
     manifest = folder / "flow-schemas.yaml"
-    manifest.write_text(yaml.safe_dump_all(flow_schemas(namespace, service_account)))
+    manifest.write_text(yaml.safe_dump_all(flow_schemas(namespace, service_account, level, distinguisher)))
     cluster.kubectl("apply", "-f", str(manifest))
+    return level, distinguisher
 
 
 def handler_runs(pod_ip: str, port: int) -> dict[str, float]:

@@ -177,3 +177,25 @@ def test_the_network_policy_values_reach_the_operator_with_the_releases_namespac
                                             "networkPolicy.cassOperator.podLabels.app=co")
     assert not network.enabled and policies == []
     assert (network.cass_operator_namespace, network.cass_operator_pods) == ("co", {"app": "co"})
+
+
+@pytest.mark.skipif(HELM is None, reason="helm is not built (make k8s-binaries)")
+@pytest.mark.parametrize("account", [(), ("rbac.serviceAccount.name=feeder",)], ids=["default-account", "named"])
+def test_the_operators_requests_have_a_priority_level_of_their_own_one_flow_per_namespace(account):
+    objects = rendered(*account, "operator.apiPriority.shares=45")
+    [deployment] = [d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"] == "ringfeed"]
+    [level] = [d for d in objects if d["kind"] == "PriorityLevelConfiguration"]
+    [schema] = [d for d in objects if d["kind"] == "FlowSchema"]
+    assert schema["spec"]["priorityLevelConfiguration"]["name"] == level["metadata"]["name"]
+    assert level["spec"]["limited"]["nominalConcurrencyShares"] == 45
+    assert level["spec"]["limited"]["limitResponse"]["type"] == "Queue"  # a burst queues: no 429 while it fits
+    assert schema["spec"]["distinguisherMethod"] == {"type": "ByNamespace"}
+    # The schema matches the operator's own ServiceAccount, and before the built-in service-accounts (9000).
+    [rule] = schema["spec"]["rules"]
+    assert rule["subjects"] == [{"kind": "ServiceAccount", "serviceAccount": {
+        "name": deployment["spec"]["template"]["spec"]["serviceAccountName"], "namespace": "default"}}]
+    assert schema["spec"]["matchingPrecedence"] < 9000
+    assert not [d for d in rendered(*account, "operator.apiPriority.enabled=false")
+                if d["kind"] in ("PriorityLevelConfiguration", "FlowSchema")]
+    refused = helm_template("operator.apiPriority.shares=0")
+    assert refused.returncode != 0 and "shares" in refused.stderr
