@@ -214,6 +214,12 @@ def test_install_brings_the_operator_up(cluster: Cluster, release):
     assert lint(metrics) == ""  # Prometheus' own linter
     # The chart's NetworkPolicy: the metrics only for the monitoring namespace (this process is the node: let in).
     check_isolated(cluster, SYSTEM, {"metrics": f"{pod.status.pod_ip}:9090"})
+    # The operator's requests (its watches at least) went through the chart's priority level (operator.apiPriority).
+    dispatched = re.findall(r'^apiserver_flowcontrol_dispatched_requests_total\{flow_schema="ringfeed-operator",'
+                            r'priority_level="([^"]+)"\} (\S+)$', cluster.kubectl("get", "--raw", "/metrics").stdout,
+                            re.MULTILINE)
+    assert dispatched and {level for level, _ in dispatched} == {"ringfeed-operator"}
+    assert sum(float(count) for _, count in dispatched) > 0
 
 
 # -- Dataset and Split -------------------------------------------------------------------------------------------
@@ -456,6 +462,8 @@ def test_upgrade_keeps_objects_and_uninstall_removes_the_operator(cluster: Clust
     cluster.helm("uninstall", RELEASE, "-n", SYSTEM, "--no-hooks", "--wait", timeout=180)
     assert cluster.apps.list_namespaced_deployment(SYSTEM).items == []
     assert cluster.helm("list", "-n", SYSTEM, "-q").stdout.strip() == ""
+    for kind in ("flowschema", "prioritylevelconfiguration"):
+        assert cluster.kubectl("get", kind, "ringfeed-operator", check=False).returncode != 0, kind
     # The CRDs, and so every Dataset, stay (resource-policy keep); a reinstall adopts them.
     assert get(cluster, ns, "datasets", "slides") is not None
     cluster.helm("install", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--wait", "--timeout",
