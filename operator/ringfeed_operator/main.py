@@ -22,6 +22,7 @@ import kopf
 import prometheus_client
 
 from ringfeed_operator import memory_report
+from ringfeed_operator.api_retries import JitteredDelays
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers import dataset, ring, split, trainingjob
@@ -66,6 +67,7 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.finalizer = FINALIZER
     settings.execution.max_workers = HANDLER_THREADS
+    settings.networking.error_backoffs = JitteredDelays()
     settings.watching.label_selectors[JOBS] = JOBS_SELECTOR
     settings.watching.label_selectors[PODS] = RANK_PODS_SELECTOR
     # kopf's own events: warnings and errors only (its INFO "Timer succeeded" would be an event per object every
