@@ -67,7 +67,6 @@ OUT = REPO / ".state" / "bench"
 FIRST_STATUS_BAR_S, RSS_BAR_MIB, REQUESTS_BAR = 5.0, 512.0, 1.0
 CHURN_FRACTION = 0.10
 SAMPLE_S = 2.0  # the operator's memory, read this often
-TRACE_FRAMES = 8  # --trace-memory: frames kept per allocation
 METRICS_PORT = 9090  # the chart's operator.metricsPort
 
 
@@ -195,10 +194,15 @@ def checkpoint(count: int, measured: dict) -> None:
     path.write_text(json.dumps({**so_far, **measured}, indent=1))
 
 
-def memory_report(cluster: Cluster, count: int) -> None:
-    """The operator's largest allocation sites at rest (its memory_report), into the output folder."""
+def signal_operator(cluster: Cluster) -> None:
+    """SIGUSR1 to the operator: its memory_report starts tracing, or reports."""
     cluster.kubectl("exec", "-n", SYSTEM, f"deploy/{RELEASE}", "-c", "operator", "--", "python", "-c",
                     "import os, signal; os.kill(1, signal.SIGUSR1)")
+
+
+def memory_report(cluster: Cluster, count: int) -> None:
+    """The operator's largest allocation sites at rest (its memory_report), into the output folder."""
+    signal_operator(cluster)
     time.sleep(30)  # the snapshot of a few hundred MiB of traced blocks takes a while
     logs = cluster.kubectl("logs", "-n", SYSTEM, f"deploy/{RELEASE}", "-c", "operator", "--since=5m").stdout
     report = [line for line in logs.splitlines() if "memory report" in line]
@@ -222,10 +226,8 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
     try:
         cluster.kubectl("create", "namespace", SYSTEM)
         cluster.allow_pulls(SYSTEM)
-        tracing = ("--set", "operator.extraEnv[0].name=PYTHONTRACEMALLOC", "--set-string",
-                   f"operator.extraEnv[0].value={TRACE_FRAMES}") if args.trace_memory else ()
         cluster.helm("install", RELEASE, *CHART_INSTALL, "-n", SYSTEM, *LOCAL_SETTINGS, "--set",
-                     "operator.verbose=false", *tracing, "--wait", "--timeout", "180s", timeout=240)
+                     "operator.verbose=false", "--wait", "--timeout", "180s", timeout=240)
         operator = Operator(cluster)
         level, distinguisher = probes.apply_flow_schemas(cluster, folder, SYSTEM, operator.service_account,
                                                          f"{RELEASE}-operator")
@@ -242,6 +244,8 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
         api = api_client(cluster.kubeconfig)
         timeline = Timeline(api, PLURALS, run_id)
         timeline.start()
+        if args.trace_memory:
+            signal_operator(cluster)  # starts tracing: the report at rest holds what the objects made
         usage = probes.Usage(process_groups(operator, nodes.pid, ring), "operator")
         sampling = threading.Event()
         threading.Thread(target=sample_until, args=(usage, sampling), daemon=True).start()
@@ -288,8 +292,8 @@ def main() -> int:
     parser.add_argument("--timeout-s", type=float, help="per kind and phase (default: 120 s + 1 s per triple)")
     parser.add_argument("--ring-heap", default="2G", help="the Cassandra node's heap (two tables per Dataset)")
     parser.add_argument("--trace-memory", action="store_true",
-                        help=f"run the operator with PYTHONTRACEMALLOC={TRACE_FRAMES} (slower) and save its memory "
-                             "report at rest: where its memory is, not a figure for the bar")
+                        help="trace the operator's allocations from the first object on (slower) and save its "
+                             "memory report at rest: where its memory goes, not a figure for the bars")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running (make cluster-down stops it)")
     args = parser.parse_args()
     args.timeout_s = args.timeout_s or 120 + args.count

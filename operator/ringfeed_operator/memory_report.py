@@ -1,6 +1,7 @@
-"""Where the operator's memory is, on demand: with PYTHONTRACEMALLOC=N in its environment (the chart's
-operator.extraEnv), SIGUSR1 logs the allocation sites holding the most memory, each with its N innermost frames.
-Off by default: tracing costs memory and time on every allocation."""
+"""Where the operator's memory goes, on demand: a first SIGUSR1 starts tracing Python's allocations, each later one
+logs the allocation sites that hold the most of what was allocated since, each with its innermost frames. Tracing
+slows every allocation several times, so it starts only when asked (tracing from the start, PYTHONTRACEMALLOC, made
+the operator miss its liveness probes while importing)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,22 @@ import logging
 import signal
 import tracemalloc
 
+FRAMES = 8
 TOP = 25
 
 log = logging.getLogger(__name__)
 
 
 def install() -> None:
-    """Answer SIGUSR1 with a report when Python traces its allocations since the start."""
+    signal.signal(signal.SIGUSR1, lambda *_: on_signal())
+
+
+def on_signal() -> None:
     if tracemalloc.is_tracing():
-        signal.signal(signal.SIGUSR1, lambda *_: report())
+        report()
+    else:
+        tracemalloc.start(FRAMES)
+        log.warning("memory report: tracing allocations from now on; the next SIGUSR1 reports where they are held")
 
 
 def report() -> None:

@@ -1,38 +1,31 @@
-"""The memory report: off unless Python traces allocations; then SIGUSR1 names the sites holding the memory."""
+"""The memory report: a first SIGUSR1 starts tracing, the next names the sites holding what was allocated since."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 
 
-def run(env: dict[str, str]) -> subprocess.CompletedProcess:
-    script = textwrap.dedent("""
-        import logging, os, signal
+def test_the_first_signal_starts_tracing_the_second_reports_what_is_held_since():
+    script = textwrap.dedent("""\
+        import logging, os, signal, tracemalloc
         from ringfeed_operator import memory_report
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         memory_report.install()
-        held = [bytearray(4096) for _ in range(2000)]  # 8 MiB held by this line
-        print("handler installed:", signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, None), flush=True)
-        if signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL:
-            os.kill(os.getpid(), signal.SIGUSR1)
+        before = [bytearray(4096) for _ in range(4000)]  # 16 MiB allocated before tracing: not in the report
+        print("tracing before:", tracemalloc.is_tracing(), flush=True)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        print("tracing after:", tracemalloc.is_tracing(), flush=True)
+        held = [bytearray(4096) for _ in range(2000)]  # 8 MiB held by line 9
+        os.kill(os.getpid(), signal.SIGUSR1)
     """)
-    return subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=60, check=True)
-
-
-def test_without_tracing_sigusr1_is_left_alone():
-    result = run({"PYTHONTRACEMALLOC": ""})
-    assert "handler installed: False" in result.stdout and "memory report" not in result.stderr
-
-
-def test_with_tracing_sigusr1_reports_the_site_that_holds_the_memory():
-    result = run({"PYTHONTRACEMALLOC": "4"})
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert "tracing before: False" in result.stdout and "tracing after: True" in result.stdout
     lines = result.stderr.splitlines()
-    assert "handler installed: True" in result.stdout
-    assert lines[0].startswith("memory report: ") and "MiB traced" in lines[0]
-    size, site = lines[1].removeprefix("memory report: ").split(" MiB in ")
-    assert float(size) >= 7.5 and "<string>:6" in site  # the list of bytearrays, the largest holder
+    assert lines[0].startswith("memory report: tracing allocations from now on")
+    assert lines[1].startswith("memory report: ") and "MiB traced" in lines[1]
+    assert float(lines[1].split()[2]) < 12  # the 16 MiB from before tracing are not counted
+    size, site = lines[2].removeprefix("memory report: ").split(" MiB in ")
+    assert float(size) >= 7.5 and site.endswith("at <string>:9 <- <string>:9")  # the largest holder first
     assert any(line.startswith("memory report by file: ") for line in lines)
