@@ -21,7 +21,7 @@ import logging
 import kopf
 import prometheus_client
 
-from ringfeed_operator import memory_report
+from ringfeed_operator import api_session, memory_report
 from ringfeed_operator.api_retries import JitteredDelays
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context
@@ -73,6 +73,11 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     # kopf's own events: warnings and errors only (its INFO "Timer succeeded" would be an event per object every
     # POLL_S). Ringfeed's events go through handlers.common.event, which is not filtered.
     settings.posting.level = logging.WARNING
+
+
+@kopf.on.login()
+async def login(**kwargs) -> kopf.AiohttpSession | None:
+    return await api_session.login(**kwargs)
 
 
 @kopf.on.cleanup()

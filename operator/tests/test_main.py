@@ -18,6 +18,7 @@ from ringfeed_operator.metrics import Metrics, counted
 # (registry, id, reason or activity, field, interval, plural, `when` filter) of every registration.
 REGISTRATIONS = {
     ("activities", "configure", "startup", None, None, None, None),
+    ("activities", "login", "authentication", None, None, None, None),
     ("activities", "close_connections", "cleanup", None, None, None, None),
     ("indexing", "jobs_by_name", None, None, None, "jobs", None),
     ("indexing", "rank_pods", None, None, None, "pods", None),
