@@ -7,8 +7,9 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-# 0.5 s doubling to 8 s, then every 10 s: about two minutes of retries before a handler fails.
-DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, *(10.0,) * 10)
+# 2 s doubling to 8 s, then every 10 s: about two minutes of retries before a handler fails. Not shorter: kopf waits
+# at least the 429's Retry-After (whole seconds), which would bring shorter delays back together.
+DELAYS = (2.0, 4.0, 8.0, *(10.0,) * 11)
 
 
 class JitteredDelays:

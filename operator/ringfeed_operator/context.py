@@ -13,14 +13,16 @@ from ringfeed_operator.rings import Rings
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """The settings, the API client, the open ring connections, the Rings' read load and the metrics. kopf gives
-    each object a shallow copy: the members themselves are shared."""
+    """The settings, the API client, the open ring connections, the Rings' read load, the metrics and when each
+    Dataset in progress was last looked at. kopf gives each object a shallow copy: the members themselves are
+    shared."""
 
     config: Config
     kube: Kube
     rings: Rings
     metrics: Metrics
     loads: RingLoads = dataclasses.field(default_factory=RingLoads)
+    dataset_looks: dict[str, float] = dataclasses.field(default_factory=dict)  # uid → when its POLL_S timer last ran
 
     @classmethod
     def start(cls, config: Config) -> Context:

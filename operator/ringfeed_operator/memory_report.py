@@ -1,12 +1,14 @@
-"""Where the operator's memory goes, on demand: a first SIGUSR1 starts tracing Python's allocations, each later one
-logs the allocation sites that hold the most of what was allocated since, each with its innermost frames. Tracing
-slows every allocation several times, so it starts only when asked (tracing from the start, PYTHONTRACEMALLOC, made
-the operator miss its liveness probes while importing)."""
+"""Where the operator's memory goes, on demand: a SIGUSR1 starts tracing Python's allocations, the next one logs the
+allocation sites that hold the most of what was allocated since, each with its innermost frames, and stops tracing.
+Tracing slows every allocation several times, so it runs only between the two signals (tracing from the start,
+PYTHONTRACEMALLOC, made the operator miss its liveness probes while importing). The report is made on a thread of its
+own: the signal handler runs on the event loop's thread, which must keep answering the watches and /healthz."""
 
 from __future__ import annotations
 
 import logging
 import signal
+import threading
 import tracemalloc
 
 FRAMES = 8
@@ -21,7 +23,7 @@ def install() -> None:
 
 def on_signal() -> None:
     if tracemalloc.is_tracing():
-        report()
+        threading.Thread(target=report, name="memory-report", daemon=True).start()
     else:
         tracemalloc.start(FRAMES)
         log.warning("memory report: tracing allocations from now on; the next SIGUSR1 reports where they are held")
@@ -29,6 +31,7 @@ def on_signal() -> None:
 
 def report() -> None:
     snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    tracemalloc.stop()
     held = snapshot.statistics("traceback")
     total = sum(stat.size for stat in held)
     log.warning("memory report: %.1f MiB traced in %d blocks; the %d largest allocation sites follow",

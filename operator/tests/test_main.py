@@ -27,7 +27,7 @@ REGISTRATIONS = {
     ("indexing", "dataset_specs", None, None, None, "datasets", None),
     ("indexing", "splits_by_dataset", None, None, None, "splits", None),
     ("spawning", "watch_dataset", None, None, 5.0, "datasets", "in_progress"),
-    ("spawning", "refresh_dataset", None, None, 30.0, "datasets", "at_rest"),
+    ("spawning", "refresh_dataset", None, None, 30.0, "datasets", None),
     ("spawning", "watch_split", None, None, 5.0, "splits", "job_in_progress"),
     ("spawning", "watch_split_dataset", None, None, 30.0, "splits", "computed"),
     ("changing", "reconcile_dataset", None, None, None, "datasets", None),   # resume

@@ -1,4 +1,5 @@
-"""The memory report: a first SIGUSR1 starts tracing, the next names the sites holding what was allocated since."""
+"""The memory report: a SIGUSR1 starts tracing, the next names the sites holding what was allocated since and stops
+tracing."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import textwrap
 
 def test_the_first_signal_starts_tracing_the_second_reports_what_is_held_since():
     script = textwrap.dedent("""\
-        import logging, os, signal, tracemalloc
+        import logging, os, signal, threading, tracemalloc
         from ringfeed_operator import memory_report
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         memory_report.install()
@@ -19,9 +20,14 @@ def test_the_first_signal_starts_tracing_the_second_reports_what_is_held_since()
         print("tracing after:", tracemalloc.is_tracing(), flush=True)
         held = [bytearray(4096) for _ in range(2000)]  # 8 MiB held by line 9
         os.kill(os.getpid(), signal.SIGUSR1)
+        for thread in threading.enumerate():
+            if thread.name == "memory-report":
+                thread.join()
+        print("tracing at the end:", tracemalloc.is_tracing(), flush=True)
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert "tracing before: False" in result.stdout and "tracing after: True" in result.stdout
+    assert "tracing at the end: False" in result.stdout  # the report ends the tracing
     lines = result.stderr.splitlines()
     assert lines[0].startswith("memory report: tracing allocations from now on")
     assert lines[1].startswith("memory report: ") and "MiB traced" in lines[1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,16 +47,20 @@ from ringfeed_operator.builders.dataset import (
 )
 from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, ingest_policy, job_name
 from ringfeed_operator.context import Context
-from ringfeed_operator.handlers.common import STORE_ERRORS, event, give_up, open_store
+from ringfeed_operator.handlers.common import POLL_S, STORE_ERRORS, event, give_up, open_store
 from ringfeed_operator.kube import JobRejected, ObjectRejected, SecretNotFound
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
 from ringfeed_operator.watched import job_of
 
 PERMANENT_REASONS = frozenset({"InvalidSpec", "StorageNotSupported", "SchemaMismatch"})
-# How often a Dataset with nothing in progress is looked at: its catalog recount (spec.refreshInterval, 60 s by
-# default, is honoured to the next look) and its Splits' count. A look every POLL_S at each of 1,000 such Datasets
-# was 0.8 of a core (make bench-operator-scale).
+WAITING_FOR_SPEC = PERMANENT_REASONS | {"KeyspaceInUse"}
+# How often every Dataset is looked at by the slow timer: at rest, its catalog recount (spec.refreshInterval, 60 s by
+# default, is honoured to the next look) and its Splits' count. A look every POLL_S at each of 1,000 Datasets was 0.8
+# of a core (make bench-operator-scale); the POLL_S timer runs only while something is in progress.
 REST_CHECK_S = 30.0
+# The POLL_S timer has not looked for this long at a Dataset in progress: kopf lost it (a filtered timer whose filter
+# turns false and true again while the timer is still stopping is not started again), and the slow timer looks.
+FAST_LOOK_LATE_S = 3 * POLL_S
 DROP_ATTEMPTS = 5  # deletionPolicy Delete: after this many failed drops the keyspace is kept and the object goes
 
 
@@ -280,19 +285,32 @@ def _observe_cache(name: str, namespace: str, spec: dict, status: dict, body: di
 
 def in_progress(spec: Mapping[str, Any], status: Mapping[str, Any], meta: Mapping[str, Any], body: Mapping[str, Any],
                 **_) -> bool:
-    """Something the Dataset's timer follows changes by itself soon (the POLL_S timer's filter; the others are at
-    rest): this generation or its tables not made yet, an ingest Job not seen ending, a cache tier (its Pods come
-    and go)."""
+    """Something the Dataset's timer follows changes by itself soon (the POLL_S timer's filter): this generation or
+    its tables not made yet, an ingest not seen ending (its Job made or about to be), a cache tier (its Pods come and
+    go). A spec that must change first (InvalidSpec, a keyspace another Dataset holds…) waits at rest. Once a
+    generation is handled this stays false until the spec changes: the filter never turns back on by itself."""
+    if Conditions(status.get("conditions"), 0).reason("Ready") in WAITING_FOR_SPEC:
+        return False
     if status.get("observedGeneration") != meta.get("generation") or not status.get("keyspace"):
         return True
     ingest = status.get("ingest") or {}
-    if spec.get("ingest") and ingest.get("jobName") and not (ingest.get("completedAt") or ingest.get("failedAt")):
+    if spec.get("ingest") and not (ingest.get("completedAt") or ingest.get("failedAt")):
         return True
     return cache_spec(body) is not None
 
 
-def at_rest(**kwargs) -> bool:
-    return not in_progress(**kwargs)
+def refresh(uid: str, memo: Context, **kwargs) -> None:
+    """The slow timer's look: every Dataset at rest, and one in progress whose POLL_S timer is late."""
+    looked = memo.dataset_looks.get(uid)
+    if in_progress(**kwargs) and looked is not None and time.monotonic() - looked < FAST_LOOK_LATE_S:
+        return
+    watch(memo=memo, **kwargs)
+
+
+def follow(uid: str, memo: Context, **kwargs) -> None:
+    """The POLL_S timer's look at a Dataset in progress."""
+    memo.dataset_looks[uid] = time.monotonic()
+    watch(memo=memo, **kwargs)
 
 
 def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body: dict, memo: Context,
@@ -333,6 +351,8 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
         else:
             job_body = job_of(jobs_by_name, namespace, job) or memo.kube.read_job(namespace, job)
             state = job_state(job_body)
+    elif spec.get("ingest"):
+        state = "pending"  # the change handler has not made the Job yet (it retries: a Secret or the ring missing)
     if state == "missing":  # deleted by hand before it finished: made again (ingest is idempotent)
         _ensure_ingest(name, namespace, spec, {}, meta, body, catalog_name(name, spec), memo, patch, conditions)
     just_finished = state == "succeeded" and not recorded.get("completedAt")
@@ -340,6 +360,9 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
     if state in ("running", "missing"):
         conditions.set("Ingesting", True, "JobRunning", f"Job {job} is ingesting {spec['ingest']['source']['path']}")
         conditions.set("Ready", False, "Ingesting", "waiting for the ingest Job to finish")
+    elif state == "pending":
+        conditions.set("Ingesting", True, "JobPending", "the ingest Job is not made yet")
+        conditions.set("Ready", False, "Ingesting", "waiting for the ingest Job to be made")
     elif state == "failed":
         if job_body is not None and not recorded.get("failedAt"):  # reported once per Job, from the Job just read
             message = memo.kube.job_failure(namespace, job_body)
@@ -409,6 +432,7 @@ def delete(name: str, namespace: str, spec: dict, status: dict, meta: dict, body
     if pods := memo.kube.pods_left(namespace, selector):  # an ingest still writing would recreate what is dropped
         raise kopf.TemporaryError(f"waiting for Pod(s) {', '.join(pods)} to stop", delay=3)
     memo.metrics.forget_dataset(namespace, name)
+    memo.dataset_looks.pop(body["metadata"]["uid"], None)
     if spec.get("deletionPolicy", "Retain") != "Delete" or not status.get("keyspace"):
         return
     try:
