@@ -206,8 +206,9 @@ def memory_report(cluster: Cluster, count: int) -> None:
     time.sleep(30)  # the snapshot of a few hundred MiB of traced blocks takes a while
     logs = cluster.kubectl("logs", "-n", SYSTEM, f"deploy/{RELEASE}", "-c", "operator", "--since=5m").stdout
     report = [line for line in logs.splitlines() if "memory report" in line]
-    (OUT / f"operator-scale-{count}.memory.txt").write_text("\n".join(report) + "\n")
-    progress(f"memory report: {len(report)} lines in {OUT / f'operator-scale-{count}.memory.txt'}")
+    path = OUT / f"operator-scale-{count}.memory.txt"
+    path.write_text("\n".join(report) + "\n")
+    progress(f"memory report: {len(report)} lines in {path}")
 
 
 def bar(name: str, value: float, limit: float) -> bool:

@@ -7,8 +7,7 @@ be one ServiceAccount, and counts it under that FlowSchema (`apiserver_flowcontr
 benchmark adds FlowSchemas matching only the operator's ServiceAccount, one per verb, all sending it to the priority
 level, with the distinguisher, of the FlowSchema that matched it before (the chart's own, else the built-in
 `service-accounts`: `workload-low`, by user), so nothing changes for the operator but the name its requests are
-counted under. No apiserver flag, restart or audit log is needed; watches
-count once, when they start.
+counted under. No apiserver flag, restart or audit log is needed; watches count once, when they start.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from kubecluster import Cluster
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 PREFIX = "ringfeed-bench-operator"
-BUILT_IN = ("workload-low", "ByUser")  # where the built-in `service-accounts` FlowSchema sends ServiceAccounts, how
+BUILT_IN = ("workload-low", "ByUser")  # the built-in `service-accounts` FlowSchema's level and distinguisher
 _DISPATCHED = re.compile(r'^apiserver_flowcontrol_dispatched_requests_total\{flow_schema="([^"]+)"[^}]*\} (\S+)$')
 _REQUESTS = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

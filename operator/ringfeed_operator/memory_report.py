@@ -37,9 +37,13 @@ def report() -> None:
     log.warning("memory report: %.1f MiB traced in %d blocks; the %d largest allocation sites follow",
                 total / 2**20, sum(stat.count for stat in held), TOP)
     for stat in held[:TOP]:
-        frames = " <- ".join(f"{frame.filename.rsplit('site-packages/', 1)[-1]}:{frame.lineno}"
-                             for frame in reversed(stat.traceback))
+        frames = " <- ".join(f"{_module(frame.filename)}:{frame.lineno}" for frame in reversed(stat.traceback))
         log.warning("memory report: %.1f MiB in %d blocks at %s", stat.size / 2**20, stat.count, frames)
     for stat in snapshot.statistics("filename")[:TOP]:
         log.warning("memory report by file: %.1f MiB in %d blocks in %s", stat.size / 2**20, stat.count,
-                    stat.traceback[0].filename.rsplit("site-packages/", 1)[-1])
+                    _module(stat.traceback[0].filename))
+
+
+def _module(filename: str) -> str:
+    """An installed package's file from its package on (the venv's path is the same in every line)."""
+    return filename.rsplit("site-packages/", 1)[-1]

@@ -432,7 +432,7 @@ def delete(name: str, namespace: str, spec: dict, status: dict, meta: dict, body
     if pods := memo.kube.pods_left(namespace, selector):  # an ingest still writing would recreate what is dropped
         raise kopf.TemporaryError(f"waiting for Pod(s) {', '.join(pods)} to stop", delay=3)
     memo.metrics.forget_dataset(namespace, name)
-    memo.dataset_looks.pop(body["metadata"]["uid"], None)
+    memo.dataset_looks.pop(meta["uid"], None)
     if spec.get("deletionPolicy", "Retain") != "Delete" or not status.get("keyspace"):
         return
     try:
