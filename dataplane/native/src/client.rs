@@ -94,7 +94,7 @@ impl IoRuntime {
             if lifecycle::forked_since(self.owner) {
                 std::mem::forget(runtime); // its threads are the parent's
             } else {
-                py.detach(|| runtime.shutdown_timeout(SHUTDOWN_WAIT));
+                lifecycle::detach(py, || runtime.shutdown_timeout(SHUTDOWN_WAIT));
             }
         }
     }
@@ -110,7 +110,7 @@ impl Drop for IoRuntime {
             runtime.shutdown_background();
         } else {
             // Dropped by Python, which holds the GIL: the I/O threads never need it, other Python threads may.
-            Python::attach(|py| py.detach(|| runtime.shutdown_timeout(SHUTDOWN_WAIT)));
+            Python::attach(|py| lifecycle::detach(py, || runtime.shutdown_timeout(SHUTDOWN_WAIT)));
         }
     }
 }
@@ -184,7 +184,7 @@ where
     loop {
         runtime.check_open()?;
         let slice = async { tokio::time::timeout(SIGNAL_CHECK_INTERVAL, future.as_mut()).await };
-        match py.detach(|| runtime.handle.block_on(slice)) {
+        match lifecycle::detach(py, || runtime.handle.block_on(slice)) {
             Ok(output) => {
                 on_wake(py)?;
                 return Ok(output);

@@ -316,7 +316,7 @@ pub fn decode_image_py(
     let key = sample_key(seed, epoch, &sample.unwrap_or_default());
     let encoded = encoded.as_bytes();
     let mut out = vec![0u8; shape.item_bytes()];
-    py.detach(|| match shape.fit {
+    lifecycle::detach(py, || match shape.fit {
         Fit::Random(random) if !fused => full_random_crop(encoded, &shape, &random, key, &mut out),
         _ => decode_image(encoded, &shape, key, &mut out),
     })

@@ -4,7 +4,13 @@
 //! Python threads inside one are given time to get back to Python, then every I/O runtime and decoder pool of this
 //! process is stopped and its threads joined. Objects a forked child inherits are never stopped or dropped there:
 //! their threads exist only in the parent.
+//!
+//! Every call that releases the GIL goes through [`detach`]. Once the hook has run, a thread coming back from native
+//! code never takes the GIL again: CPython 3.11-3.13 end a daemon thread that takes it during finalisation with
+//! `pthread_exit`, a forced unwind through this extension's Rust frames, which the wheels' unwinder (LLVM's libunwind,
+//! linked by zig) turns into a crash. Such a thread sleeps until the process ends, as CPython 3.14 does itself.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -22,8 +28,17 @@ const DRAIN_WAIT: Duration = Duration::from_secs(5);
 static EXITING: AtomicBool = AtomicBool::new(false);
 /// Python threads inside a native wait (`InNativeWait` guards).
 static IN_NATIVE_WAIT: AtomicUsize = AtomicUsize::new(0);
+/// Threads past `detach`'s exit check on their way back to the GIL: the hook waits for them to get there.
+static RETURNING: AtomicUsize = AtomicUsize::new(0);
 static CLIENTS: Mutex<Vec<Weak<Client>>> = Mutex::new(Vec::new());
 static DECODERS: Mutex<Vec<Weak<DecoderPool>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// True on the thread running the exit hook: the one thread that may take the GIL back after it.
+    static RUNS_EXIT_HOOK: Cell<bool> = const { Cell::new(false) };
+    /// This thread's `InNativeWait` guards: a thread that stops in `detach` gives its share back.
+    static WAITS_HERE: Cell<usize> = const { Cell::new(0) };
+}
 
 /// Counts the current thread as inside a native wait while it lives.
 pub(crate) struct InNativeWait(());
@@ -31,14 +46,36 @@ pub(crate) struct InNativeWait(());
 impl InNativeWait {
     pub(crate) fn enter() -> Self {
         IN_NATIVE_WAIT.fetch_add(1, Ordering::SeqCst);
+        WAITS_HERE.with(|waits| waits.set(waits.get() + 1));
         Self(())
     }
 }
 
 impl Drop for InNativeWait {
     fn drop(&mut self) {
+        WAITS_HERE.with(|waits| waits.set(waits.get() - 1));
         IN_NATIVE_WAIT.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Runs `work` with the GIL released, then takes it back, unless the interpreter is exiting and this thread is not
+/// the one exiting it: then the thread sleeps until the process ends (module documentation).
+pub(crate) fn detach<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> T {
+    let output = py.detach(|| {
+        let output = work();
+        // With the hook's store and load of EXITING and RETURNING in the other order, one of the two sees the other.
+        RETURNING.fetch_add(1, Ordering::SeqCst);
+        if EXITING.load(Ordering::SeqCst) && !RUNS_EXIT_HOOK.with(Cell::get) {
+            RETURNING.fetch_sub(1, Ordering::SeqCst);
+            IN_NATIVE_WAIT.fetch_sub(WAITS_HERE.with(Cell::get), Ordering::SeqCst);
+            loop {
+                std::thread::park();
+            }
+        }
+        output
+    });
+    RETURNING.fetch_sub(1, Ordering::SeqCst);
+    output
 }
 
 /// Fails once the interpreter is exiting.
@@ -84,11 +121,15 @@ fn alive<T>(registry: &Mutex<Vec<Weak<T>>>) -> Vec<Arc<T>> {
 #[pyfunction]
 #[pyo3(name = "_close_all_at_exit")]
 pub(crate) fn close_all_at_exit(py: Python<'_>) {
+    RUNS_EXIT_HOOK.with(|runs| runs.set(true));
     EXITING.store(true, Ordering::SeqCst);
-    // Without the GIL, so that those threads can take it back and return to Python.
-    py.detach(|| {
+    // Without the GIL, so that the threads inside a native wait, and those already past `detach`'s check, can take
+    // it back and return to Python.
+    detach(py, || {
         let deadline = Instant::now() + DRAIN_WAIT;
-        while IN_NATIVE_WAIT.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        while (IN_NATIVE_WAIT.load(Ordering::SeqCst) > 0 || RETURNING.load(Ordering::SeqCst) > 0)
+            && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
     });
@@ -96,6 +137,6 @@ pub(crate) fn close_all_at_exit(py: Python<'_>) {
         client.close(py);
     }
     for pool in alive(&DECODERS) {
-        py.detach(|| pool.close());
+        detach(py, || pool.close());
     }
 }

@@ -11,6 +11,7 @@ use pyo3::types::PyDict;
 use crate::client::{Client, Connect, PreparedStatement, parse_consistency};
 use crate::decode::{Decode, DecoderPool, RandomCropRanges, fit_of, image_shape};
 use crate::fetch::{Fetcher, Statements};
+use crate::lifecycle;
 use crate::metrics::{LoaderMetrics, PathMetrics};
 use crate::scan::{ScanRequest, scan};
 use crate::writer::BulkWriter;
@@ -208,8 +209,10 @@ impl Session {
     /// reference does the same.
     fn close(&self, py: Python<'_>) {
         self.client.close(py);
-        if let Some(pool) = self.decoders.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            py.detach(|| pool.close());
+        // Taken out first: joining the decoder threads with the lock held would block a `fetcher` call meanwhile.
+        let decoders = self.decoders.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(pool) = decoders {
+            lifecycle::detach(py, || pool.close());
         }
     }
 

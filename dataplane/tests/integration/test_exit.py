@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.demo import make_demo_set
+from ringfeed.demo import make_demo_set, patch_jpeg
 from ringfeed.ingest import ingest
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec, create_split, load_split
@@ -68,11 +69,14 @@ def run_all(commands: list[list[str]], cassandra_node, cwd) -> list[tuple[str, i
     ("fork-after-loader", 0),
     ("fork-reuses-loader", 0),
     ("daemon-thread", 0),
+    ("daemon-decoders", 0),
     ("error-mid-epoch", 1),
 ])
 def test_processes_leaving_busy_loaders_exit_cleanly(cassandra_node, exit_dataset, tmp_path, child, expected):
     name, _ = exit_dataset
-    command = [sys.executable, str(STRESS), "--child", child, "--dataset", name]
+    jpeg = tmp_path / "decode.jpg"
+    jpeg.write_bytes(patch_jpeg(random.Random(1), tumor=True, size=384))
+    command = [sys.executable, str(STRESS), "--child", child, "--dataset", name, "--jpeg", str(jpeg)]
     results = run_all([command] * RUNS_PER_CHILD, cassandra_node, tmp_path)
     assert [code for _, code in results] == [expected] * RUNS_PER_CHILD
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ringfeed.demo import patch_jpeg
 from ringfeed.ids import sample_uuid
 from ringfeed.local.jars import cache_dir
 
@@ -37,6 +39,10 @@ WHEEL_TAG = "cp311-abi3-manylinux_2_28_x86_64"
 VERSION = tomllib.loads((REPO / "dataplane" / "pyproject.toml").read_text())["project"]["version"]
 GLIBC_MAX = (2, 28)
 SAMPLES = 40
+STRESS_EXIT = REPO / "scripts" / "stress-exit.py"
+# Runs of the stress child that exits while daemon threads decode: the wheel's unwinder crashed 18 in 20 of them
+# before the extension kept such threads away from the GIL at exit (lifecycle.rs).
+EXIT_RUNS = 6
 
 # Run by the venv's Python, outside the checkout: where each module comes from; TLS through the extension (the node's
 # CA accepted, another refused); every sample of both parts of the split through ringfeed.Loader, as (uuid, index
@@ -243,6 +249,14 @@ def test_wheels_install_and_load_in_a_clean_venv(version, wheels, other_ca, cass
     assert len(samples) == SAMPLES
     assert {u: i for u, i, _, _ in samples} == expected
     assert all(label == i % 4 and exact for _, i, label, exact in samples)
+
+    # The interpreter exits while daemon threads decode inside the installed extension: never killed by a signal.
+    jpeg = tmp_path / "decode.jpg"
+    jpeg.write_bytes(patch_jpeg(random.Random(1), tumor=True, size=384))
+    exits = [subprocess.run([python, STRESS_EXIT, "--child", "daemon-decoders", "--jpeg", jpeg], env=clean_env(),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+             for _ in range(EXIT_RUNS)]
+    assert [e.returncode for e in exits] == [0] * EXIT_RUNS, [e.stderr[-2000:] for e in exits if e.returncode]
     print(f"CPython {version}: venv + install {installed - started:.1f} s, "
           f"ingest + split + load {time.monotonic() - installed:.1f} s")
 
