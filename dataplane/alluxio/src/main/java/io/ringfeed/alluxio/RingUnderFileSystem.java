@@ -164,7 +164,11 @@ public class RingUnderFileSystem extends ConsistentUnderFileSystem {
       }
       return Optional.of(new Directory(dataset.createdAtMs(), children));
     }
-    Optional<RingCatalog.Split> maybeSplit = split(path);
+    // A split's listing, like the dataset's, is the catalog as it is now: a version made since the last read (even
+    // within SPLITS_TTL_MS of it) replaces the listed one on `ringfeed cache refresh`.
+    Optional<RingCatalog.Split> maybeSplit = withChildren && path.depth() == 2
+        ? Optional.ofNullable(splitsOf(path.dataset(), 0).get(path.split()))
+        : split(path);
     if (maybeSplit.isEmpty()) {
       return Optional.empty();
     }
