@@ -35,9 +35,8 @@ SPLIT = "by-patient"
 # --- children: each builds native sessions, loaders or workers and leaves while they are busy -------------------
 
 
-def child_loader_mid_epoch(args: argparse.Namespace) -> None:
+def child_loader_mid_epoch(dataset: str) -> None:
     """Decoding loader abandoned after one batch with the window full, beside another library's DataLoader workers."""
-    dataset = args.dataset
     import torch.utils.data
 
     from ringfeed import Decode, Loader
@@ -50,9 +49,8 @@ def child_loader_mid_epoch(args: argparse.Namespace) -> None:
     next(others)
 
 
-def child_torch_workers(args: argparse.Namespace) -> None:
+def child_torch_workers(dataset: str) -> None:
     """ringfeed.torch.RingfeedDataLoader with two workers left mid-epoch, and a main-process loader left mid-epoch."""
-    dataset = args.dataset
     from ringfeed import Loader
     from ringfeed.torch import RingfeedDataLoader, RingfeedDataset
 
@@ -63,9 +61,8 @@ def child_torch_workers(args: argparse.Namespace) -> None:
     next(batches)
 
 
-def child_fork_after_loader(args: argparse.Namespace) -> None:
+def child_fork_after_loader(dataset: str) -> None:
     """A loader read in the main process, then forked workers of another library inherit its native session."""
-    dataset = args.dataset
     import torch.utils.data
 
     from ringfeed import Decode, Loader
@@ -79,10 +76,9 @@ def child_fork_after_loader(args: argparse.Namespace) -> None:
     next(iter(loader))
 
 
-def child_fork_reuses_loader(args: argparse.Namespace) -> None:
+def child_fork_reuses_loader(dataset: str) -> None:
     """A forked child iterates a loader its parent had opened: it opens its own reader and lets the inherited one
     go (whose threads exist only in the parent), then exits normally."""
-    dataset = args.dataset
     from ringfeed import Decode, Loader
 
     loader = Loader(dataset, SPLIT, "val", batch_size=8, decode=Decode(32, 32), decode_threads=2)
@@ -98,9 +94,8 @@ def child_fork_reuses_loader(args: argparse.Namespace) -> None:
         sys.exit(f"the forked child ended with {os.waitstatus_to_exitcode(status)}")
 
 
-def child_daemon_thread(args: argparse.Namespace) -> None:
+def child_daemon_thread(dataset: str) -> None:
     """The main thread exits while a daemon thread waits inside the native loader for a batch."""
-    dataset = args.dataset
     from ringfeed import Loader
 
     loader = Loader(dataset, SPLIT, "train", batch_size=4, prefetch=8, concurrency=2)
@@ -115,20 +110,22 @@ def child_daemon_thread(args: argparse.Namespace) -> None:
     started.wait()
 
 
-def child_error_mid_epoch(args: argparse.Namespace) -> None:
+def child_error_mid_epoch(dataset: str) -> None:
     """An exception escapes mid-epoch: its traceback keeps the loader's frames (and batches in flight) alive."""
-    dataset = args.dataset
     from ringfeed import Loader
 
     for _ in Loader(dataset, SPLIT, "train", batch_size=4, prefetch=4):
         raise RuntimeError("stress-exit: deliberate error mid-epoch")
 
 
-def child_daemon_decoders(args: argparse.Namespace) -> None:
-    """The main thread exits while daemon threads decode JPEGs natively, the GIL released (no Cassandra needed)."""
-    from ringfeed import _native
+def child_daemon_decoders(dataset: str) -> None:
+    """The main thread exits while daemon threads decode a JPEG natively, the GIL released (`dataset` is not read)."""
+    import random
 
-    jpeg = args.jpeg.read_bytes()
+    from ringfeed import _native
+    from ringfeed.demo import patch_jpeg
+
+    jpeg = patch_jpeg(random.Random(1), tumor=True, size=384)
     started = threading.Barrier(DECODER_THREADS + 1)
 
     def decode_forever():
@@ -216,25 +213,11 @@ def cli_runs(count: int, dataset: str, samples: list[str], scratch: Path) -> lis
     return runs
 
 
-def write_jpeg(folder: Path) -> Path:
-    """A 384x384 JPEG for the decoders child."""
-    import random
-
-    from ringfeed.demo import patch_jpeg
-
-    path = folder / "decode.jpg"
-    path.write_bytes(patch_jpeg(random.Random(1), tumor=True, size=384))
-    return path
-
-
-def child_argv(kind: str, dataset: str, jpeg: Path) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--dataset", dataset, "--jpeg", str(jpeg)]
-
-
-def loader_runs(count: int, dataset: str, jpeg: Path) -> list[Run]:
+def loader_runs(count: int, dataset: str) -> list[Run]:
     kinds = list(CHILDREN)
-    return [Run(kind, child_argv(kind, dataset, jpeg), CHILDREN[kind][1])
-            for kind in (kinds[i % len(kinds)] for i in range(count))]
+    return [Run(kinds[i % len(kinds)], [sys.executable, str(Path(__file__).resolve()), "--child", kinds[i % len(kinds)],
+                                       "--dataset", dataset], CHILDREN[kinds[i % len(kinds)]][1])
+            for i in range(count)]
 
 
 def backtrace(core: Path) -> str:
@@ -319,11 +302,10 @@ def main() -> int:
     parser.add_argument("--run-timeout", type=float, default=120, help="seconds before a run counts as hung")
     parser.add_argument("--report-dir", type=Path, default=Path("stress-exit-report"))
     parser.add_argument("--dataset", help="use this existing dataset (with a split named by-patient)")
-    parser.add_argument("--jpeg", type=Path, help="a JPEG file (the decoders child)")
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        CHILDREN[args.child][0](args)
+        CHILDREN[args.child][0](args.dataset)
         return 0
 
     from ringfeed.connection import ClusterAddress
@@ -340,7 +322,7 @@ def main() -> int:
             print(f"creating dataset {dataset} on {args.hosts}:{args.port}", flush=True)
         samples = make_dataset(address, dataset, scratch) if not args.dataset else _some_samples(address, dataset)
         clean = True
-        for title, runs in (("loader processes", loader_runs(args.loader_runs, dataset, write_jpeg(scratch))),
+        for title, runs in (("loader processes", loader_runs(args.loader_runs, dataset)),
                             ("CLI commands", cli_runs(args.cli_runs, dataset, samples, scratch))):
             print(f"{title}: {len(runs)} runs, {args.jobs} at a time", flush=True)
             tally = run_all(runs, args.jobs, deadline, env, scratch, args.report_dir, args.run_timeout)

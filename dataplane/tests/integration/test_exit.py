@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ringfeed.demo import make_demo_set, patch_jpeg
+from ringfeed.demo import make_demo_set
 from ringfeed.ingest import ingest
 from ringfeed.schema import Column, DatasetSchema, Encoding
 from ringfeed.splits import SplitSpec, create_split, load_split
@@ -74,9 +73,7 @@ def run_all(commands: list[list[str]], cassandra_node, cwd) -> list[tuple[str, i
 ])
 def test_processes_leaving_busy_loaders_exit_cleanly(cassandra_node, exit_dataset, tmp_path, child, expected):
     name, _ = exit_dataset
-    jpeg = tmp_path / "decode.jpg"
-    jpeg.write_bytes(patch_jpeg(random.Random(1), tumor=True, size=384))
-    command = [sys.executable, str(STRESS), "--child", child, "--dataset", name, "--jpeg", str(jpeg)]
+    command = [sys.executable, str(STRESS), "--child", child, "--dataset", name]
     results = run_all([command] * RUNS_PER_CHILD, cassandra_node, tmp_path)
     assert [code for _, code in results] == [expected] * RUNS_PER_CHILD
 
