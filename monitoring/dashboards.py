@@ -239,6 +239,12 @@ def overview() -> builders.Dashboard:
                      '[$__rate_interval]))', "{{kind}}/{{handler}}")),
             bars=True))
         .with_panel(graph(
+            "First status of new objects, p99", "From an object's creation to its first status (Ready=False, "
+            "Accepted) by kind; over a few seconds, the operator or the API server is behind.", "s",
+            targets(("histogram_quantile(0.99, sum by (kind, le) "
+                     "(rate(ringfeed_operator_first_status_seconds_bucket[$__rate_interval])))", "{{kind}}")),
+            w=WIDTH))
+        .with_panel(graph(
             "Jobs created and their outcomes", "Ingest and split Jobs the operator created, and how they ended.",
             "short",
             targets(("sum by (role) (increase(ringfeed_operator_jobs_created_total[$__rate_interval]))",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ringfeed_operator.acceptor import Acceptor
 from ringfeed_operator.config import Config
 from ringfeed_operator.kube import Kube
 from ringfeed_operator.loads import RingLoads
@@ -13,14 +14,15 @@ from ringfeed_operator.rings import Rings
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """The settings, the API client, the open ring connections, the Rings' read load, the metrics and when each
-    Dataset in progress was last looked at. kopf gives each object a shallow copy: the members themselves are
-    shared."""
+    """The settings, the API client, the open ring connections, the metrics, the writer of new objects' first
+    status, the Rings' read load and when each Dataset in progress was last looked at. kopf gives each object a
+    shallow copy: the members themselves are shared."""
 
     config: Config
     kube: Kube
     rings: Rings
     metrics: Metrics
+    acceptor: Acceptor = dataclasses.field(default_factory=Acceptor)
     loads: RingLoads = dataclasses.field(default_factory=RingLoads)
     dataset_looks: dict[str, float] = dataclasses.field(default_factory=dict)  # uid → when its POLL_S timer last ran
 

@@ -5,8 +5,10 @@ Built to stay light with thousands of objects (make bench-operator-scale):
 - the timers send only the status fields that changed (status.drop_unchanged_status);
 - the Jobs and the rank Pods come from watches filtered on the server by label (watched.py), not a GET and a LIST
   per tick;
-- the indexes and a new object's first status are asynchronous (kopf's event loop): they never wait behind the
-  synchronous handlers in kopf's thread pool, where a Dataset's reconcile waits for the ring to make its keyspace.
+- the indexes are asynchronous (kopf's event loop): they never wait behind the synchronous handlers in kopf's thread
+  pool, where a Dataset's reconcile waits for the ring to make its keyspace;
+- a new object's first status comes from its first event (offer_<kind>, acceptor.py), over connections of its own,
+  not after kopf's finalizer and behind the other objects' requests.
 
 The function names are kopf's handler ids: kopf records a change handler's progress in annotations under its id
 (`operator.ringfeed.io/reconcile_dataset`...), an index is passed to handlers under its id, and the reconcile
@@ -26,7 +28,7 @@ from ringfeed_operator.api_retries import JitteredDelays
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers import dataset, ring, split, trainingjob
-from ringfeed_operator.handlers.common import POLL_S, accept
+from ringfeed_operator.handlers.common import POLL_S
 from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS
 from ringfeed_operator.metrics import counted
 from ringfeed_operator.status import drop_unchanged_status
@@ -83,9 +85,23 @@ async def login(**kwargs) -> kopf.AiohttpSession | None:
     return await _login(**kwargs)
 
 
+@kopf.on.startup()
+async def start_acceptor(memo: Context, **_) -> None:
+    await memo.acceptor.start(memo.metrics)
+
+
 @kopf.on.cleanup()
-def close_connections(memo: Context, **_) -> None:
-    memo.rings.close()
+async def close_connections(memo: Context, **_) -> None:
+    await memo.acceptor.close()
+    await asyncio.to_thread(memo.rings.close)
+
+
+def offer(memo: Context, plural: tuple[str, str, str], kind: str, body: kopf.Body, event: str | None,
+          next_step: str) -> None:
+    """Every event of the kind, handed on without waiting (acceptor.py: only an object without a status is
+    written)."""
+    if event != "DELETED":
+        memo.acceptor.offer(plural, kind, body, next_step)
 
 
 # -- What the watches keep (watched.py) -------------------------------------------------------------------------------
@@ -117,10 +133,9 @@ async def cache_namespaces(**kwargs) -> dict:
     return dataset.cache_namespace_index(**kwargs)
 
 
-@kopf.on.create(*DATASETS)  # before reconcile_dataset: kopf runs a cause's handlers in the order of registration
-@counted("Dataset")
-async def accept_dataset(**kwargs) -> None:
-    accept(**kwargs, next_step="making its tables on the ring")
+@kopf.on.event(*DATASETS)
+async def offer_dataset(memo: Context, body: kopf.Body, type: str | None, **_) -> None:
+    offer(memo, DATASETS, "Dataset", body, type, "making its tables on the ring")
 
 
 @kopf.on.create(*DATASETS)
@@ -159,10 +174,9 @@ async def splits_by_dataset(**kwargs) -> dict:
     return split.dataset_index(**kwargs)
 
 
-@kopf.on.create(*SPLITS)
-@counted("Split")
-async def accept_split(**kwargs) -> None:
-    accept(**kwargs, next_step="its split Job starts once its Dataset is Ready")
+@kopf.on.event(*SPLITS)
+async def offer_split(memo: Context, body: kopf.Body, type: str | None, **_) -> None:
+    offer(memo, SPLITS, "Split", body, type, "its split Job starts once its Dataset is Ready")
 
 
 @kopf.on.create(*SPLITS)
@@ -194,10 +208,9 @@ def delete_split(**kwargs) -> None:
 
 # -- TrainingJob -----------------------------------------------------------------------------------------------------
 
-@kopf.on.create(*TRAININGJOBS)
-@counted("TrainingJob")
-async def accept_trainingjob(**kwargs) -> None:
-    accept(**kwargs, next_step="its ranks start once its Split is computed")
+@kopf.on.event(*TRAININGJOBS)
+async def offer_trainingjob(memo: Context, body: kopf.Body, type: str | None, **_) -> None:
+    offer(memo, TRAININGJOBS, "TrainingJob", body, type, "its ranks start once its Split is computed")
 
 
 @kopf.on.create(*TRAININGJOBS)
@@ -222,10 +235,9 @@ async def datasets_by_ring(**kwargs) -> dict:
     return ring.dataset_index(**kwargs)
 
 
-@kopf.on.create(*RINGS)
-@counted("Ring")
-async def accept_ring(**kwargs) -> None:
-    accept(**kwargs, next_step="making its Cassandra datacenter")
+@kopf.on.event(*RINGS)
+async def offer_ring(memo: Context, body: kopf.Body, type: str | None, **_) -> None:
+    offer(memo, RINGS, "Ring", body, type, "making its Cassandra datacenter")
 
 
 @kopf.on.create(*RINGS)

@@ -13,6 +13,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 RING = ["namespace", "ring"]
 # A scaling step lasts from a minute (a decommission of a small node) to tens of minutes (a bootstrap that streams).
 STEP_BUCKETS = (30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+# Around the 5 s an object may wait to be told it was seen (bench-operator-scale's bar).
+FIRST_STATUS_BUCKETS = (0.5, 1, 2, 3, 5, 10, 30, 60, 120)
 
 
 class Metrics:
@@ -21,6 +23,14 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY):
         self.reconciles = Counter("ringfeed_operator_reconciles_total", "Handler runs by kind, handler and result.",
                                   ["kind", "handler", "result"], registry=registry)
+        self.first_statuses = Counter("ringfeed_operator_first_statuses_total",
+                                      "New objects' first status (Accepted) by kind and result: written, superseded "
+                                      "(a handler wrote first, or the object is gone), failed.", ["kind", "result"],
+                                      registry=registry)
+        self.first_status_seconds = Histogram("ringfeed_operator_first_status_seconds",
+                                              "From an object's creationTimestamp (whole seconds) to its first "
+                                              "status written.", ["kind"], buckets=FIRST_STATUS_BUCKETS,
+                                              registry=registry)
         self.jobs_created = Counter("ringfeed_operator_jobs_created_total", "Jobs created, by role (ingest, split).",
                                     ["role"], registry=registry)
         self.dataset_samples = Gauge("ringfeed_dataset_samples", "Samples of a Dataset (catalog).",

@@ -19,7 +19,12 @@ from ringfeed_operator.metrics import Metrics, counted
 REGISTRATIONS = {
     ("activities", "configure", "startup", None, None, None, None),
     ("activities", "login", "authentication", None, None, None, None),
+    ("activities", "start_acceptor", "startup", None, None, None, None),
     ("activities", "close_connections", "cleanup", None, None, None, None),
+    ("watching", "offer_dataset", None, None, None, "datasets", None),
+    ("watching", "offer_split", None, None, None, "splits", None),
+    ("watching", "offer_trainingjob", None, None, None, "trainingjobs", None),
+    ("watching", "offer_ring", None, None, None, "rings", None),
     ("indexing", "jobs_by_name", None, None, None, "jobs", None),
     ("indexing", "rank_pods", None, None, None, "pods", None),
     ("indexing", "cache_namespaces", None, None, None, "namespaces", None),
@@ -31,24 +36,20 @@ REGISTRATIONS = {
     ("spawning", "watch_split", None, None, 5.0, "splits", "job_in_progress"),
     ("spawning", "watch_split_dataset", None, None, 30.0, "splits", "computed"),
     ("changing", "reconcile_dataset", None, None, None, "datasets", None),   # resume
-    ("changing", "accept_dataset", "create", None, None, "datasets", None),
     ("changing", "reconcile_dataset", "create", None, None, "datasets", None),
     ("changing", "reconcile_dataset/spec", "update", ("spec",), None, "datasets", None),
     ("changing", "delete_dataset", "delete", None, None, "datasets", None),
     ("changing", "reconcile_split", None, None, None, "splits", None),   # resume
-    ("changing", "accept_split", "create", None, None, "splits", None),
     ("changing", "reconcile_split", "create", None, None, "splits", None),
     ("changing", "delete_split", "delete", None, None, "splits", None),
     ("spawning", "watch_trainingjob", None, None, 5.0, "trainingjobs", "in_progress"),
     ("changing", "reconcile_trainingjob", None, None, None, "trainingjobs", None),   # resume
-    ("changing", "accept_trainingjob", "create", None, None, "trainingjobs", None),
     ("changing", "reconcile_trainingjob", "create", None, None, "trainingjobs", None),
     ("changing", "reconcile_trainingjob/spec", "update", ("spec",), None, "trainingjobs", None),
     ("indexing", "datasets_by_ring", None, None, None, "datasets", None),
     ("spawning", "watch_ring", None, None, 5.0, "rings", None),
     ("spawning", "renew_ring_certificates", None, None, 60.0, "rings", None),
     ("changing", "reconcile_ring", None, None, None, "rings", None),   # resume
-    ("changing", "accept_ring", "create", None, None, "rings", None),
     ("changing", "reconcile_ring", "create", None, None, "rings", None),
     ("changing", "reconcile_ring/spec", "update", ("spec",), None, "rings", None),
     ("changing", "delete_ring", "delete", None, None, "rings", None),
@@ -58,7 +59,7 @@ REGISTRATIONS = {
 def registrations() -> set[tuple]:
     registry = kopf.get_default_registry()
     found = set()
-    for kind in ("activities", "indexing", "spawning", "changing"):
+    for kind in ("activities", "indexing", "watching", "spawning", "changing"):
         for handler in getattr(registry, f"_{kind}").get_all_handlers():
             if handler.id == "login_via_client":  # kopf's own
                 continue
@@ -74,17 +75,6 @@ def registrations() -> set[tuple]:
 def test_handler_ids_and_registrations_are_those_of_the_running_operators():
     assert main.ANNOTATION_PREFIX == "operator.ringfeed.io" and main.FINALIZER == "ringfeed.io/protect"
     assert registrations() == REGISTRATIONS
-
-
-def test_a_new_objects_first_status_comes_before_its_reconcile():
-    """kopf runs a cause's handlers one at a time in the order of registration: the asynchronous accept_* first."""
-    registry = kopf.get_default_registry()
-    for plural in ("datasets", "splits", "trainingjobs", "rings"):
-        created = [h.id for h in registry._changing.get_all_handlers()
-                   if getattr(h.reason, "value", None) == "create" and h.selector.any_name == plural]
-        assert created == [f"accept_{plural[:-1]}", f"reconcile_{plural[:-1]}"]
-        accept = next(h for h in registry._changing.get_all_handlers() if h.id == created[0])
-        assert asyncio.iscoroutinefunction(accept.fn)
 
 
 def test_the_operators_jobs_and_rank_pods_are_watched_through_a_label_selector():
@@ -170,20 +160,6 @@ def test_a_ring_keeps_one_held_reason_series_and_its_gauges_go_with_it():
     names = {s.name for family in registry.collect() for s in family.samples
              if s.labels.get("ring") == "images" and not s.name.endswith("_created")}
     assert names == {"ringfeed_ring_steps_total"}  # the counter stays: it counts what happened
-
-
-def test_a_new_object_is_told_at_once_that_it_was_seen_and_what_it_waits_for():
-    memo = Context(config=Config(), kube=None, rings=None, metrics=Metrics(CollectorRegistry()))
-    patch = kopf.Patch()
-    asyncio.run(main.accept_trainingjob(status={}, meta={"generation": 1}, patch=patch, memo=memo, logger=None))
-    [ready] = patch.status["conditions"]
-    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "Accepted")
-    assert "once its Split is computed" in ready["message"]
-    assert "observedGeneration" not in patch.status  # the reconcile's to say: the timers wait for it
-    again = kopf.Patch()
-    asyncio.run(main.accept_trainingjob(status={"conditions": [ready]}, meta={"generation": 1}, patch=again,
-                                        memo=memo, logger=None))
-    assert not again
 
 
 def test_the_indexes_take_every_kwarg_kopf_gives():

@@ -22,16 +22,6 @@ def event(body: dict, reason: str, message: str, warning: bool = False) -> None:
     kopf.event(body, type="Warning" if warning else "Normal", reason=reason, message=message[:1024])
 
 
-def accept(status: dict, meta: dict, patch: kopf.Patch, next_step: str, **_) -> None:
-    """A new object's first status, written from kopf's event loop before its reconcile queues for a thread: it was
-    seen, and what it waits for (a burst of Datasets takes the ring a fraction of a second each to make)."""
-    if status.get("conditions"):
-        return  # a create handled again (an operator restarted in between): the reconcile has written since
-    conditions = Conditions(None, meta["generation"])
-    conditions.set("Ready", False, "Accepted", f"seen by the operator; {next_step}")
-    patch.status["conditions"] = conditions.as_list()
-
-
 def give_up(patch: kopf.Patch, conditions: Conditions, generation: int, reason: str, message: str, permanent: bool,
             delay: float = 15) -> NoReturn:
     """Record why the object is not Ready and end the handler: permanently (the spec must change) or to retry."""
