@@ -61,7 +61,7 @@ from operator_scale import probes  # noqa: E402
 from operator_scale.kwok import SimulatedNodes  # noqa: E402
 from operator_scale.objects import CREDENTIALS, triples  # noqa: E402
 from operator_scale.scenario import PLURALS, Scenario, progress  # noqa: E402
-from operator_scale.timeline import Timeline  # noqa: E402
+from operator_scale.timeline import Life, Timeline  # noqa: E402
 
 OUT = REPO / ".state" / "bench"
 FIRST_STATUS_BAR_S, RSS_BAR_MIB, REQUESTS_BAR = 5.0, 512.0, 1.0
@@ -130,10 +130,14 @@ def window(cluster: Cluster, usage: probes.Usage, operator: Operator, seconds: f
     minutes = (time.monotonic() - t0) / 60
     rates = {key: (requests1[key] - requests0.get(key, 0.0)) / minutes for key in requests1}
     requests = {key.removeprefix("verb:"): round(rate, 1) for key, rate in rates.items() if key.startswith("verb:")}
+    waited = {verb: round((requests1[f"waited_sum:{verb}"] - requests0.get(f"waited_sum:{verb}", 0.0)) / count, 3)
+              for verb in requests if (count := requests1.get(f"waited_count:{verb}", 0.0)
+                                       - requests0.get(f"waited_count:{verb}", 0.0)) > 0}
     busiest = sorted(((rate, key.removeprefix("all:")) for key, rate in rates.items() if key.startswith("all:")),
                      reverse=True)[:12]
     return {"minutes": round(minutes, 2), "objects": objects, "requests_per_minute": requests,
             "requests_per_object_minute": round(sum(requests.values()) / objects, 3),
+            "queued_mean_s": waited,
             "all_clients_requests_per_minute": {key: round(rate, 1) for rate, key in busiest},
             "handler_runs_per_minute": {h: round((runs1[h] - runs0.get(h, 0)) / minutes, 1) for h in runs1
                                         if runs1[h] > runs0.get(h, 0)},
@@ -153,11 +157,27 @@ def latencies(timeline: Timeline, timeout: Callable[[str], float]) -> dict:
             row: dict = {"objects": len(lives)}
             for mark in ("first_status", "ready"):
                 seconds = [(getattr(life, mark) or life.created + timeout(phase)) - life.created for life in lives]
-                row[mark] = {"p50": round(float(np.percentile(seconds, 50)), 2),
-                             "p99": round(float(np.percentile(seconds, 99)), 2),
+                row[mark] = {**percentiles(seconds),
                              "missing": sum(1 for life in lives if getattr(life, mark) is None)}
+            row["first_status_waits"] = first_status_waits(lives)
             table[f"{phase}/{plural}"] = row
     return table
+
+
+def percentiles(seconds: list[float]) -> dict:
+    return {"p50": round(float(np.percentile(seconds, 50)), 2), "p99": round(float(np.percentile(seconds, 99)), 2)}
+
+
+def first_status_waits(lives: list[Life]) -> dict:
+    """Where the first status waited, of the objects that got one: the create call (the API server's queue), the
+    object's first event reaching this process (the API server's delivery, and this process's own watch: a lower
+    bound of the operator's lag in seeing it), then the operator's write and its delivery here."""
+    done = [life for life in lives if life.first_status is not None and life.seen is not None]
+    if not done:
+        return {}
+    return {"create_call": percentiles([life.returned - life.created for life in done]),
+            "event_here": percentiles([max(0.0, life.seen - life.returned) for life in done]),
+            "status_after_event": percentiles([life.first_status - max(life.seen, life.returned) for life in done])}
 
 
 def first_status_p99(timeline: Timeline, timeout: Callable[[str], float]) -> float:
@@ -174,13 +194,22 @@ def report(result: dict) -> None:
         first, ready = row["first_status"], row["ready"]
         print(f"{key:<24}{first['p50']:>12.2f}{first['p99']:>12.2f}{ready['p50']:>10.2f}{ready['p99']:>10.2f}"
               f"{ready['missing']:>9}")
-    for name in ("rest", "churn"):
+    for name in ("create", "rest", "churn"):
         part = result[name]
         print(f"\n{name}: {part['requests_per_object_minute']} requests per object-minute "
               f"({sum(part['requests_per_minute'].values()):.0f}/min: {part['requests_per_minute']})")
+        print(f"  mean seconds queued at the API server (its priority and fairness), by verb: {part['queued_mean_s']}")
         print(f"  handler runs/min: {part['handler_runs_per_minute']}")
         print(f"  all clients' busiest requests/min: {part['all_clients_requests_per_minute']}")
         print(f"  CPU (cores): {part['cpu_cores']}; operator RSS {part['operator_rss_mib']} MiB")
+    print(f"\n{'first status waited in (p50 p99 s)':<40}{'the create call':>20}{'its first event here':>22}"
+          f"{'the status after it':>20}")
+    for key, row in result["latencies"].items():
+        waits = row.get("first_status_waits")
+        if waits:
+            print(f"{key:<40}" + "".join(f"{waits[part]['p50']:>{width - 10}.2f}{waits[part]['p99']:>10.2f}"
+                                         for part, width in (("create_call", 20), ("event_here", 22),
+                                                             ("status_after_event", 20))))
     if result["churn_rounds"]:
         print(f"churn rounds: {result['churn_rounds']}")
     print(f"operator peak RSS {result['peak_rss_mib']} MiB, {result['operator_restarts']} restart(s); not there in "
@@ -254,12 +283,13 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
             scenario = Scenario(api, timeline, store, ring.hosts, run_id, Cluster.image("trainer"), args.timeout_s)
             scenario.build(triples(len(namespaces), namespaces, first=args.count), "warm-up")
             load = triples(args.count, namespaces)
-            started = time.monotonic()
-            scenario.build(load, "create")
-            created_s = time.monotonic() - started
-            checkpoint(args.count, {"created_s": round(created_s), "latencies": latencies(timeline, scenario.timeout)})
-            time.sleep(args.settle_s)
             objects = 3 * (args.count + len(namespaces))
+            started = time.monotonic()
+            create = window(cluster, usage, operator, 0, objects, during=lambda _: scenario.build(load, "create"))
+            created_s = time.monotonic() - started
+            checkpoint(args.count, {"created_s": round(created_s), "latencies": latencies(timeline, scenario.timeout),
+                                    "create": create})
+            time.sleep(args.settle_s)
             rest = window(cluster, usage, operator, args.rest_s, objects)
             checkpoint(args.count, {"rest": rest, "peak_rss_mib": usage.peak_rss_mib})
             if args.trace_memory:
@@ -269,7 +299,7 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
                            during=lambda seconds: scenario.churn(load, CHURN_FRACTION, seconds))
         sampling.set()
         return {"count": args.count, "namespaces": args.namespaces, "nodes": args.nodes, "created_s": round(created_s),
-                "latencies": latencies(timeline, scenario.timeout), "rest": rest, "churn": churn,
+                "latencies": latencies(timeline, scenario.timeout), "create": create, "rest": rest, "churn": churn,
                 "churn_rounds": scenario.rounds, "missing": scenario.missing,
                 "peak_rss_mib": round(usage.peak_rss_mib, 1), "operator_restarts": operator.restarts(),
                 "rss_samples": usage.rss_samples,

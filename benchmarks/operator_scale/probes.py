@@ -28,6 +28,7 @@ PREFIX = "ringfeed-bench-operator"
 BUILT_IN = ("workload-low", "ByUser")  # the built-in `service-accounts` FlowSchema's level and distinguisher
 _DISPATCHED = re.compile(r'^apiserver_flowcontrol_dispatched_requests_total\{flow_schema="([^"]+)"[^}]*\} (\S+)$')
 _REQUESTS = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$")
+_WAITED = re.compile(r'^apiserver_flowcontrol_request_wait_duration_seconds_(sum|count)\{([^}]*)\} (\S+)$')
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _RECONCILES = re.compile(r'^ringfeed_operator_reconciles_total\{[^}]*handler="([^"]+)"[^}]*\} (\S+)$')
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -50,7 +51,8 @@ def flow_schemas(namespace: str, service_account: str, level: str, distinguisher
 
 
 def request_counts(cluster: Cluster) -> dict[str, float]:
-    """The apiserver's counters now: the operator's requests by verb (`verb:<verb>`, its FlowSchemas), and every
+    """The apiserver's counters now: the operator's requests by verb (`verb:<verb>`, its FlowSchemas) and their
+    seconds queued by API Priority and Fairness (`waited_sum:<verb>`, `waited_count:<verb>`), and every
     client's requests by verb and resource (`all:<VERB> <resource>[/<subresource>]`, apiserver_request_total): the
     operator is the only client that reads Jobs and Secrets or writes the benchmark's objects' status, so those rows
     tell its verbs apart by resource."""
@@ -59,6 +61,12 @@ def request_counts(cluster: Cluster) -> dict[str, float]:
     for line in text.splitlines():
         if (match := _DISPATCHED.match(line)) and match[1].startswith(PREFIX + "-"):
             counts["verb:" + match[1].removeprefix(PREFIX + "-")] += float(match[2])
+        elif match := _WAITED.match(line):
+            labels = dict(_LABEL.findall(match[2]))
+            schema = labels.get("flow_schema", "")
+            if schema.startswith(PREFIX + "-"):  # its seconds in the priority level's queues, and how many
+                key = f"waited_{match[1]}:" + schema.removeprefix(PREFIX + "-")
+                counts[key] = counts.get(key, 0.0) + float(match[3])
         elif match := _REQUESTS.match(line):
             labels = dict(_LABEL.findall(match[1]))
             if labels.get("resource"):

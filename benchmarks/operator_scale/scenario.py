@@ -53,7 +53,7 @@ class Scenario:
             started = time.time()
             made = self._custom.create_namespaced_custom_object(GROUP, VERSION, triple.namespace, plural,
                                                                 self.manifest(plural, triple))
-            self._timeline.created(plural, made, phase, started)
+            self._timeline.created(plural, made, phase, started, time.time())
             return made["metadata"]["uid"]
         return list(self._pool.map(one, triples))
 

@@ -21,7 +21,9 @@ class Life:
     namespace: str
     name: str
     phase: str  # which part of the run created it: warm-up, create, churn
-    created: float
+    created: float  # the create call's start
+    returned: float  # its return
+    seen: float | None = None  # the first watch event's arrival here
     first_status: float | None = None
     ready: float | None = None
     gone: float | None = None
@@ -59,10 +61,11 @@ class Timeline:
     def stop(self) -> None:
         self._stop.set()
 
-    def created(self, plural: str, obj: dict, phase: str, started: float) -> None:
+    def created(self, plural: str, obj: dict, phase: str, started: float, returned: float) -> None:
         uid = obj["metadata"]["uid"]
         with self._lock:
-            self.lives[uid] = Life(plural, obj["metadata"]["namespace"], obj["metadata"]["name"], phase, started)
+            self.lives[uid] = Life(plural, obj["metadata"]["namespace"], obj["metadata"]["name"], phase, started,
+                                   returned)
             for at, body, kind in self._early.pop(uid, ()):
                 self._record(uid, plural, at, body, kind)
 
@@ -107,6 +110,8 @@ class Timeline:
 
     def _record(self, uid: str, plural: str, at: float, obj: dict, kind: str) -> None:
         life = self.lives[uid]
+        if life.seen is None:
+            life.seen = at
         if life.first_status is None and has_status(obj):
             life.first_status = at
         if life.ready is None and is_ready(plural, obj):
