@@ -2,9 +2,11 @@
 sees the object.
 
 kopf writes an object's first status only after two PATCHes in turn (its finalizer, then the create handler's
-patch), each queued in the operator's connection pool behind the requests of the objects seen before it: in a burst
-of a thousand Datasets the first status came after 27 s (p99), a Split's after 67 s (make bench-operator-scale).
-Here it is one PATCH from the object's watch event, over connections of its own.
+patch), each queued behind the work on the objects seen before it: in a burst of a thousand Datasets the first
+status came after 27 s (p99), a Split's after 67 s (make bench-operator-scale). Handed kopf's events instead, the
+Splits of a burst of 300 still reached it 5 s late: kopf's event loop is the operator's busiest place. So the
+acceptor has its own watches (one per kind and watched namespace) and its own threads and connections, and writes
+each first status in one PATCH.
 
 The PATCH tests the resourceVersion the event carried, so it never overwrites a status that a handler wrote in
 between: refused, it is dropped, and the object's next event offers it again while its status is still empty. The
@@ -13,31 +15,48 @@ race with kopf's own first PATCH (its finalizer, tested the same way) costs the 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import logging
+import queue
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any, cast
 
-import aiohttp
-import kopf
+import urllib3
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
-from ringfeed_operator.api_session import open_session
+from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS
 from ringfeed_operator.metrics import Metrics
 from ringfeed_operator.status import Conditions
 
-# Connections of the acceptor's own: a burst is a few new objects a second, each one PATCH.
-ACCEPT_CONNECTIONS = 4
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    plural: tuple[str, str, str]  # group, version, plural
+    name: str
+    next_step: str  # what a new object waits for, in its first status
+
+
+KINDS = (Kind(DATASETS, "Dataset", "making its tables on the ring"),
+         Kind(SPLITS, "Split", "its split Job starts once its Dataset is Ready"),
+         Kind(TRAININGJOBS, "TrainingJob", "its ranks start once its Split is computed"),
+         Kind(RINGS, "Ring", "making its Cassandra datacenter"))
+# Threads that PATCH: a burst creates tens of objects a second, and a PATCH takes 30-700 ms on a busy API server.
+PATCHERS = 8
+WATCH_S = 300  # a watch's length before it is started again from where it ended
+RETRY_S = 1.0  # after a failed list or watch
 REQUEST_TIMEOUT_S = 30
 logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
 class Offer:
-    kind: str
-    resource_version: str
+    kind: Kind
+    namespace: str
+    name: str
     created: str  # creationTimestamp (RFC 3339, seconds)
     ops: list
 
@@ -57,87 +76,101 @@ def first_status_ops(body: Mapping, next_step: str) -> list | None:
 
 
 class Acceptor:
-    """Offered every watch event of the kinds it accepts (from kopf's event handlers, which must not wait: an
-    object's handlers run one at a time); its workers PATCH the latest offer of each object, one PATCH at a time
-    per object."""
+    """Watches the kinds it accepts in `namespaces` (every namespace when empty) and PATCHes the latest offer of each
+    object without a status, one PATCH at a time per object."""
 
-    def __init__(self, login: Callable[[], kopf.ConnectionInfo | None] | None = None,
-                 connections: int = ACCEPT_CONNECTIONS):
-        self._login = login or (lambda: kopf.login_via_client(logger=logger, settings=kopf.OperatorSettings()))
-        self._connections = connections
-        self._offers: dict[str, Offer] = {}  # status URL path → the latest offer not yet sent
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._workers: list[asyncio.Task] = []
-        self._server = ""
-        self._session: aiohttp.ClientSession | None = None
-        self._login_lock = asyncio.Lock()
+    def __init__(self, api: client.ApiClient, metrics: Metrics, namespaces: Sequence[str] = (),
+                 patchers: int = PATCHERS):
+        self._custom = client.CustomObjectsApi(api)
+        self._metrics = metrics
+        self._namespaces = tuple(namespaces) or (None,)
+        self._patchers = patchers
+        self._offers: dict[tuple[str, str, str], Offer] = {}  # (plural, namespace, name) → the latest not yet sent
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[tuple[str, str, str] | None] = queue.SimpleQueue()
+        self._stop = threading.Event()
 
-    def offer(self, plural: tuple[str, str, str], kind: str, body: Mapping, next_step: str) -> None:
-        ops = first_status_ops(body, next_step)
+    def start(self) -> None:
+        # Daemons: a watch ends only with its stream, and the process does not wait for it.
+        for kind in KINDS:
+            for namespace in self._namespaces:
+                threading.Thread(target=self._watch, args=(kind, namespace), daemon=True,
+                                 name=f"accept-{kind.name}-{namespace or 'all'}").start()
+        for number in range(self._patchers):
+            threading.Thread(target=self._patch_offers, daemon=True, name=f"accept-patch-{number}").start()
+
+    def close(self) -> None:
+        self._stop.set()
+        for _ in range(self._patchers):
+            self._queue.put(None)
+
+    def offer(self, kind: Kind, body: Mapping) -> None:
+        ops = first_status_ops(body, kind.next_step)
         if ops is None:
             return
-        group, version, resource = plural
         meta = body["metadata"]
-        path = f"/apis/{group}/{version}/namespaces/{meta['namespace']}/{resource}/{meta['name']}/status"
-        if path not in self._offers:
-            self._queue.put_nowait(path)
-        self._offers[path] = Offer(kind, meta["resourceVersion"], meta.get("creationTimestamp", ""), ops)
+        key = (kind.plural[2], meta["namespace"], meta["name"])
+        with self._lock:
+            new = key not in self._offers
+            self._offers[key] = Offer(kind, meta["namespace"], meta["name"], meta.get("creationTimestamp", ""), ops)
+        if new:
+            self._queue.put(key)
 
-    async def start(self, metrics: Metrics) -> None:
-        await self._open()
-        self._workers = [asyncio.create_task(self._work(metrics), name=f"acceptor-{n}")
-                         for n in range(self._connections)]
-
-    async def close(self) -> None:
-        for worker in self._workers:
-            worker.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-
-    async def _open(self, refused: aiohttp.ClientSession | None = None) -> None:
-        """Log in, or again after `refused` got a 401 (once for all the workers that did)."""
-        async with self._login_lock:
-            if self._session is not refused:
-                return
-            info = await asyncio.to_thread(self._login)  # a kubeconfig's exec plugin may take a while
-            if info is None:
-                raise kopf.LoginError("no credentials for the API server")
-            if self._session is not None:
-                await self._session.close()
-            self._server, self._session = info.server.rstrip("/"), open_session(info, self._connections)
-
-    async def _work(self, metrics: Metrics) -> None:
-        while True:
-            path = await self._queue.get()
-            offer = self._offers.pop(path)
+    def _watch(self, kind: Kind, namespace: str | None) -> None:
+        group, version, plural = kind.plural
+        lister, scope = ((self._custom.list_namespaced_custom_object, (group, version, namespace, plural))
+                         if namespace else (self._custom.list_cluster_custom_object, (group, version, plural)))
+        resource_version = None  # where the last watch ended; None: list first (start, or the version expired)
+        while not self._stop.is_set():
             try:
-                result = await self._send(path, offer)
-            except (TimeoutError, aiohttp.ClientError, kopf.LoginError) as error:
-                # Not retried: kopf's own first status (its reconcile) follows, and the next event offers it again.
-                logger.warning("The first status of %s was not written: %s", path, error)
-                result = "failed"
-            metrics.first_statuses.labels(offer.kind, result).inc()
+                if resource_version is None:
+                    listed = cast(dict[str, Any], lister(*scope))
+                    for item in listed["items"]:
+                        self.offer(kind, item)
+                    resource_version = listed["metadata"]["resourceVersion"]
+                for event in watch.Watch().stream(lister, *scope, resource_version=resource_version,
+                                                  timeout_seconds=WATCH_S, allow_watch_bookmarks=True):
+                    if event["type"] == "ERROR":  # the version expired
+                        resource_version = None
+                        break
+                    resource_version = event["object"]["metadata"]["resourceVersion"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self.offer(kind, event["object"])
+                    if self._stop.is_set():
+                        return
+            except ApiException as error:
+                if error.status != 410:
+                    logger.warning("Watching %s for their first status: %s %s", plural, error.status, error.reason)
+                    self._stop.wait(RETRY_S)
+                resource_version = None
+            except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
+                logger.warning("Watching %s for their first status: %s", plural, error)
+                self._stop.wait(RETRY_S)
+
+    def _patch_offers(self) -> None:
+        while (key := self._queue.get()) is not None:
+            with self._lock:
+                offer = self._offers.pop(key)
+            result = self._patch(offer)
+            self._metrics.first_statuses.labels(offer.kind.name, result).inc()
             if result == "written" and offer.created:
                 created = datetime.fromisoformat(offer.created.replace("Z", "+00:00")).timestamp()
-                metrics.first_status_seconds.labels(offer.kind).observe(max(0.0, time.time() - created))
+                self._metrics.first_status_seconds.labels(offer.kind.name).observe(max(0.0, time.time() - created))
 
-    async def _send(self, path: str, offer: Offer) -> str:
-        for attempt in range(2):
-            session = self._session
-            assert session is not None
-            async with session.patch(self._server + path, json=offer.ops,
-                                           headers={"Content-Type": "application/json-patch+json"},
-                                           timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as response:
-                if response.status == 401 and attempt == 0:
-                    await self._open(refused=session)  # a rotated ServiceAccount token: read it again, once
-                    continue
-                if response.status < 300:
-                    return "written"
-                if response.status in (404, 409, 422):
-                    return "superseded"  # gone, or changed since the event: its status is a handler's to write
-                with contextlib.suppress(aiohttp.ClientError):
-                    logger.warning("The first status of %s was refused: %s %s", path, response.status,
-                                   (await response.text())[:300])
-                return "failed"
+    def _patch(self, offer: Offer) -> str:
+        group, version, plural = offer.kind.plural
+        try:
+            self._custom.patch_namespaced_custom_object_status(
+                group, version, offer.namespace, plural, offer.name, offer.ops,
+                _content_type="application/json-patch+json", _request_timeout=REQUEST_TIMEOUT_S)
+            return "written"
+        except ApiException as error:
+            if error.status in (404, 409, 422):
+                return "superseded"  # gone, or changed since the event: its status is a handler's to write
+            logger.warning("The first status of %s %s/%s was refused: %s %s", offer.kind.name, offer.namespace,
+                           offer.name, error.status, (error.body or "")[:300])
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            # Not retried: the reconcile writes a status too, and the object's next event offers this one again.
+            logger.warning("The first status of %s %s/%s was not written: %s", offer.kind.name, offer.namespace,
+                           offer.name, error)
         return "failed"

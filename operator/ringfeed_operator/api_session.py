@@ -42,14 +42,10 @@ class Login:
             return None
         if self._last is not None and self._last[0] == info:
             return self._last[1]
-        session = open_session(info, pool_size(memo.config.watch_namespaces))
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=pool_size(memo.config.watch_namespaces), ssl=info.as_ssl_context()),
+            headers=info.as_http_headers(), trust_env=info.trust_env)
         context = kopf.AiohttpSession(aiohttp_session=session, server=info.server, priority=info.priority,
                                       default_namespace=info.default_namespace, expiration=info.expiration)
         self._last = (info, context)
         return context
-
-
-def open_session(info: kopf.ConnectionInfo, connections: int) -> aiohttp.ClientSession:
-    """A session to the API server with `info`'s credentials, at most `connections` open at a time."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections, ssl=info.as_ssl_context()),
-                                 headers=info.as_http_headers(), trust_env=info.trust_env)

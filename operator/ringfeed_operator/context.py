@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import kubernetes
+
 from ringfeed_operator.acceptor import Acceptor
 from ringfeed_operator.config import Config
 from ringfeed_operator.kube import Kube
@@ -22,11 +24,13 @@ class Context:
     kube: Kube
     rings: Rings
     metrics: Metrics
-    acceptor: Acceptor = dataclasses.field(default_factory=Acceptor)
+    acceptor: Acceptor | None = None  # None: no first statuses of its own (the handlers' tests)
     loads: RingLoads = dataclasses.field(default_factory=RingLoads)
     dataset_looks: dict[str, float] = dataclasses.field(default_factory=dict)  # uid → when its POLL_S timer last ran
 
     @classmethod
     def start(cls, config: Config) -> Context:
-        kube = Kube.connect()
-        return cls(config=config, kube=kube, rings=Rings(kube), metrics=Metrics())
+        kube, metrics = Kube.connect(), Metrics()
+        # A client of its own: the acceptor's connections never wait behind the handlers'.
+        acceptor = Acceptor(kubernetes.client.ApiClient(), metrics, config.watch_namespaces)
+        return cls(config=config, kube=kube, rings=Rings(kube), metrics=metrics, acceptor=acceptor)

@@ -7,8 +7,8 @@ Built to stay light with thousands of objects (make bench-operator-scale):
   per tick;
 - the indexes are asynchronous (kopf's event loop): they never wait behind the synchronous handlers in kopf's thread
   pool, where a Dataset's reconcile waits for the ring to make its keyspace;
-- a new object's first status comes from its first event (offer_<kind>, acceptor.py), over connections of its own,
-  not after kopf's finalizer and behind the other objects' requests.
+- a new object's first status comes from watches, threads and connections of its own (acceptor.py), not after
+  kopf's finalizer and behind the other objects' work in kopf's event loop.
 
 The function names are kopf's handler ids: kopf records a change handler's progress in annotations under its id
 (`operator.ringfeed.io/reconcile_dataset`...), an index is passed to handlers under its id, and the reconcile
@@ -86,22 +86,16 @@ async def login(**kwargs) -> kopf.AiohttpSession | None:
 
 
 @kopf.on.startup()
-async def start_acceptor(memo: Context, **_) -> None:
-    await memo.acceptor.start(memo.metrics)
+def start_acceptor(memo: Context, **_) -> None:
+    if memo.acceptor is not None:
+        memo.acceptor.start()
 
 
 @kopf.on.cleanup()
-async def close_connections(memo: Context, **_) -> None:
-    await memo.acceptor.close()
-    await asyncio.to_thread(memo.rings.close)
-
-
-def offer(memo: Context, plural: tuple[str, str, str], kind: str, body: kopf.Body, event: str | None,
-          next_step: str) -> None:
-    """Every event of the kind, handed on without waiting (acceptor.py: only an object without a status is
-    written)."""
-    if event != "DELETED":
-        memo.acceptor.offer(plural, kind, body, next_step)
+def close_connections(memo: Context, **_) -> None:
+    if memo.acceptor is not None:
+        memo.acceptor.close()
+    memo.rings.close()
 
 
 # -- What the watches keep (watched.py) -------------------------------------------------------------------------------
@@ -131,11 +125,6 @@ async def dataset_specs(**kwargs) -> dict:
 @kopf.index("namespaces")
 async def cache_namespaces(**kwargs) -> dict:
     return dataset.cache_namespace_index(**kwargs)
-
-
-@kopf.on.event(*DATASETS)
-async def offer_dataset(memo: Context, body: kopf.Body, type: str | None, **_) -> None:
-    offer(memo, DATASETS, "Dataset", body, type, "making its tables on the ring")
 
 
 @kopf.on.create(*DATASETS)
@@ -174,11 +163,6 @@ async def splits_by_dataset(**kwargs) -> dict:
     return split.dataset_index(**kwargs)
 
 
-@kopf.on.event(*SPLITS)
-async def offer_split(memo: Context, body: kopf.Body, type: str | None, **_) -> None:
-    offer(memo, SPLITS, "Split", body, type, "its split Job starts once its Dataset is Ready")
-
-
 @kopf.on.create(*SPLITS)
 @kopf.on.resume(*SPLITS)
 @counted("Split")
@@ -208,11 +192,6 @@ def delete_split(**kwargs) -> None:
 
 # -- TrainingJob -----------------------------------------------------------------------------------------------------
 
-@kopf.on.event(*TRAININGJOBS)
-async def offer_trainingjob(memo: Context, body: kopf.Body, type: str | None, **_) -> None:
-    offer(memo, TRAININGJOBS, "TrainingJob", body, type, "its ranks start once its Split is computed")
-
-
 @kopf.on.create(*TRAININGJOBS)
 @kopf.on.update(*TRAININGJOBS, field="spec")
 @kopf.on.resume(*TRAININGJOBS)
@@ -233,11 +212,6 @@ async def watch_trainingjob(**kwargs) -> None:
 @kopf.index(*DATASETS)
 async def datasets_by_ring(**kwargs) -> dict:
     return ring.dataset_index(**kwargs)
-
-
-@kopf.on.event(*RINGS)
-async def offer_ring(memo: Context, body: kopf.Body, type: str | None, **_) -> None:
-    offer(memo, RINGS, "Ring", body, type, "making its Cassandra datacenter")
 
 
 @kopf.on.create(*RINGS)

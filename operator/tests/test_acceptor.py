@@ -1,29 +1,31 @@
-"""A new object's first status: one PATCH of the status subresource per object, tested against the resourceVersion
-its event carried, sent to an HTTP server on loopback that answers as the API server would."""
+"""A new object's first status: the acceptor lists and watches each kind, and PATCHes the status subresource of an
+object without one, tested against the resourceVersion its event carried. The server here is an HTTP server on
+loopback answering as the API server would (the e2e runs the acceptor against the real one)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
+from urllib.parse import parse_qs, urlparse
 
-import kopf
 import pytest
+from kubernetes import client
 from loopback_http import Replies, serving
 from prometheus_client import CollectorRegistry
 
-from ringfeed_operator.acceptor import Acceptor, first_status_ops
-from ringfeed_operator.kube import DATASETS, SPLITS
+from ringfeed_operator.acceptor import KINDS, Acceptor, first_status_ops
 from ringfeed_operator.metrics import Metrics
 
 READY = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "observedGeneration": 1,
          "lastTransitionTime": "2026-11-28T10:00:00Z"}
+DATASET, SPLIT, TRAININGJOB, RING = KINDS
+BASE = "/apis/ringfeed.io/v1alpha1"
 
 
 def body(name: str, resource_version: str = "7", status: dict | None = None, deleting: bool = False,
-         created: str = "2026-11-28T10:00:00Z") -> dict:
-    meta = {"name": name, "namespace": "ml", "resourceVersion": resource_version, "generation": 1,
+         created: str = "2026-11-28T10:00:00Z", namespace: str = "ml") -> dict:
+    meta = {"name": name, "namespace": namespace, "resourceVersion": resource_version, "generation": 1,
             "creationTimestamp": created}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-28T10:01:00Z"
@@ -50,106 +52,135 @@ def test_an_object_with_a_condition_or_going_away_is_left_alone(kwargs):
 
 
 class ApiServer(Replies):
-    """Records every PATCH; answers each path with the codes scripted for it in turn (200 once they run out), and
-    401 to a token other than the current one."""
+    """Lists `listed[plural]`; streams `events[plural]` to the first watch of a kind, then holds every watch open
+    until the test ends; records every request, and answers a PATCH with the codes scripted for its path in turn
+    (200 once they run out)."""
 
-    patches: list = []
+    protocol_version = "HTTP/1.1"
+    listed: dict = {}
+    events: dict = {}
     script: dict = {}
-    token = "first"
+    gets: list = []
+    patches: list = []
+    streamed: set = set()
+    ended = threading.Event()
     lock = threading.Lock()
+
+    def do_GET(self):
+        url = urlparse(self.path)
+        plural = url.path.rsplit("/", 1)[1]
+        with self.lock:
+            self.gets.append(self.path)
+        if parse_qs(url.query).get("watch") != ["true"]:
+            self.reply(200, json.dumps({"items": self.listed.get(plural, []),
+                                        "metadata": {"resourceVersion": "100"}}).encode())
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")  # as the API server streams: an event per chunk
+        self.end_headers()
+        with self.lock:
+            first = plural not in self.streamed
+            self.streamed.add(plural)
+        for kind, obj in self.events.get(plural, []) if first else []:
+            line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+        self.ended.wait(20)
+        self.wfile.write(b"0\r\n\r\n")
 
     def do_PATCH(self):
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with self.lock:
-            self.patches.append((self.path, self.headers["Content-Type"], self.headers["Authorization"], payload))
-            if self.headers["Authorization"] != f"Bearer {self.token}":
-                code = 401
-            else:
-                codes = self.script.get(self.path, [])
-                code = codes.pop(0) if codes else 200
+            self.patches.append((self.path, self.headers["Content-Type"], payload))
+            codes = self.script.get(self.path, [])
+            code = codes.pop(0) if codes else 200
         self.reply(code, b"{}")
 
 
-def run_acceptor(server, offers: list[tuple], expected: int, stale_first: bool = False
-                 ) -> tuple[dict, int, Metrics]:
-    """Offers everything, then starts the acceptor and waits for `expected` results; the results by (kind, result),
-    how many times it logged in, and the metrics. `stale_first`: the first login reads a token the server refuses."""
-    logins = []
+@pytest.fixture()
+def api_server():
+    ApiServer.listed, ApiServer.events, ApiServer.script = {}, {}, {}
+    ApiServer.gets, ApiServer.patches, ApiServer.streamed = [], [], set()
+    ApiServer.ended.clear()
+    with serving(ApiServer) as server:
+        yield server
+        ApiServer.ended.set()
 
-    def login() -> kopf.ConnectionInfo:
-        logins.append(ApiServer.token)
-        token = "stale" if stale_first and len(logins) == 1 else ApiServer.token
-        return kopf.ConnectionInfo(server=f"http://127.0.0.1:{server.server_port}", token=token)
 
+def accept(server, expected: int, namespaces: tuple[str, ...] = (), offers: tuple = ()) -> tuple[dict, Metrics]:
+    """Offer `offers`, start an acceptor against `server`, wait for `expected` results and a watch of each kind in
+    each namespace; → the results by (kind, result), and the metrics."""
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_port}"
     metrics = Metrics(CollectorRegistry())
+    acceptor = Acceptor(client.ApiClient(configuration), metrics, namespaces, patchers=2)
 
     def results() -> dict:
         return {(s.labels["kind"], s.labels["result"]): s.value for s in metrics.first_statuses.collect()[0].samples
                 if s.name.endswith("_total")}
 
-    async def scenario() -> None:
-        acceptor = Acceptor(login=login, connections=2)
-        for offer in offers:
-            acceptor.offer(*offer)
-        await acceptor.start(metrics)
-        deadline = time.monotonic() + 20
-        while sum(results().values()) < expected and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        await acceptor.close()
-
-    asyncio.run(scenario())
-    return results(), len(logins), metrics
-
-
-@pytest.fixture()
-def api_server():
-    ApiServer.patches, ApiServer.script, ApiServer.token = [], {}, "first"
-    with serving(ApiServer) as server:
-        yield server
+    for kind, obj in offers:
+        acceptor.offer(kind, obj)
+    acceptor.start()
+    deadline = time.monotonic() + 20
+    watches = len(KINDS) * max(1, len(namespaces))
+    while ((sum(results().values()) < expected or len([p for p in ApiServer.gets if "watch=true" in p]) < watches)
+           and time.monotonic() < deadline):
+        time.sleep(0.02)
+    time.sleep(0.2)  # anything more would show
+    acceptor.close()
+    return results(), metrics
 
 
-def test_each_new_object_gets_one_patch_of_its_latest_event(api_server):
-    offers = [(DATASETS, "Dataset", body("images", "10"), "making its tables on the ring"),
-              (DATASETS, "Dataset", body("images", "11"), "making its tables on the ring"),  # its next event
-              (SPLITS, "Split", body("folds", "12"), "its split Job starts once its Dataset is Ready"),
-              (SPLITS, "Split", body("done", "13", {"conditions": [READY]}), "—"),
-              (DATASETS, "Dataset", body("leaving", "14", deleting=True), "—")]
-    results, logins, _ = run_acceptor(api_server, offers, expected=2)
-    assert results == {("Dataset", "written"): 1, ("Split", "written"): 1}
-    assert logins == 1
-    sent = {path: (content_type, token, payload[0]["value"]) for path, content_type, token, payload
-            in ApiServer.patches}
-    assert sent == {
-        "/apis/ringfeed.io/v1alpha1/namespaces/ml/datasets/images/status":
-            ("application/json-patch+json", "Bearer first", "11"),
-        "/apis/ringfeed.io/v1alpha1/namespaces/ml/splits/folds/status":
-            ("application/json-patch+json", "Bearer first", "12"),
-    }
-    assert len(ApiServer.patches) == 2
+def test_listed_and_watched_objects_without_a_status_get_one_patch_each(api_server):
+    ApiServer.listed = {"datasets": [body("images", "10")], "splits": [body("folds", "11", {"conditions": [READY]})]}
+    ApiServer.events = {"trainingjobs": [("ADDED", body("train", "12")), ("BOOKMARK", {"metadata": {
+                            "resourceVersion": "13"}})],
+                        "rings": [("DELETED", body("old", "14")), ("MODIFIED", body("leaving", "15", deleting=True)),
+                                  ("MODIFIED", body("main", "16", {"conditions": [READY]}))],
+                        "splits": [("MODIFIED", body("folds", "17"))]}  # its status went (an edit)
+    results, _ = accept(api_server, expected=3)
+    assert results == {("Dataset", "written"): 1, ("TrainingJob", "written"): 1, ("Split", "written"): 1}
+    sent = {path: (content_type, payload[0]["value"]) for path, content_type, payload in ApiServer.patches}
+    assert sent == {f"{BASE}/namespaces/ml/datasets/images/status": ("application/json-patch+json", "10"),
+                    f"{BASE}/namespaces/ml/trainingjobs/train/status": ("application/json-patch+json", "12"),
+                    f"{BASE}/namespaces/ml/splits/folds/status": ("application/json-patch+json", "17")}
+    assert len(ApiServer.patches) == 3
+    watched = {urlparse(path).path for path in ApiServer.gets}
+    assert watched == {f"{BASE}/{plural}" for plural in ("datasets", "splits", "trainingjobs", "rings")}
+
+
+def test_only_the_watched_namespaces_are_listed_and_watched(api_server):
+    accept(api_server, expected=0, namespaces=("team-a", "team-b"))
+    watched = {urlparse(path).path for path in ApiServer.gets}
+    assert watched == {f"{BASE}/namespaces/{namespace}/{plural}" for namespace in ("team-a", "team-b")
+                       for plural in ("datasets", "splits", "trainingjobs", "rings")}
+    # Each watch starts where its list ended.
+    assert all("resourceVersion=100" in path for path in ApiServer.gets if "watch=true" in path)
+
+
+def test_an_object_offered_again_before_its_patch_gets_one_patch_of_its_latest_event(api_server):
+    results, _ = accept(api_server, expected=1, offers=((DATASET, body("images", "10")),
+                                                        (DATASET, body("images", "11"))))
+    assert results == {("Dataset", "written"): 1}
+    [(_, _, payload)] = ApiServer.patches
+    assert payload[0]["value"] == "11"
 
 
 def test_a_refused_patch_is_counted_and_not_sent_again(api_server):
-    base = "/apis/ringfeed.io/v1alpha1/namespaces/ml/datasets"
+    base = f"{BASE}/namespaces/ml/datasets"
     ApiServer.script = {f"{base}/raced/status": [422], f"{base}/gone/status": [404], f"{base}/broken/status": [500]}
-    offers = [(DATASETS, "Dataset", body(name), "…") for name in ("raced", "gone", "broken", "fine")]
-    results, _, _ = run_acceptor(api_server, offers, expected=4)
+    offers = tuple((DATASET, body(name)) for name in ("raced", "gone", "broken", "fine"))
+    results, _ = accept(api_server, expected=4, offers=offers)
     assert results == {("Dataset", "superseded"): 2, ("Dataset", "failed"): 1, ("Dataset", "written"): 1}
     assert len(ApiServer.patches) == 4
 
 
-def test_a_rejected_token_is_read_again_once(api_server):
-    results, logins, _ = run_acceptor(api_server, [(DATASETS, "Dataset", body("images"), "…")], expected=1,
-                                      stale_first=True)
-    assert results == {("Dataset", "written"): 1}
-    assert logins == 2
-    assert [token for _, _, token, _ in ApiServer.patches] == ["Bearer stale", "Bearer first"]
-
-
 def test_the_wait_from_creation_to_the_first_status_is_observed(api_server):
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3))
-    _, _, metrics = run_acceptor(api_server, [(DATASETS, "Dataset", body("images", created=created), "…")],
-                                 expected=1)
+    _, metrics = accept(api_server, expected=1, offers=((SPLIT, body("folds", created=created)),))
     samples = {s.name: s.value for s in metrics.first_status_seconds.collect()[0].samples
-               if s.labels == {"kind": "Dataset"}}
+               if s.labels == {"kind": "Split"}}
     assert samples["ringfeed_operator_first_status_seconds_count"] == 1
     assert 3 <= samples["ringfeed_operator_first_status_seconds_sum"] < 10  # whole seconds: up to 1 s more
