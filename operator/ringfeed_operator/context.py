@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import kubernetes
-
 from ringfeed_operator.acceptor import Acceptor
 from ringfeed_operator.config import Config
 from ringfeed_operator.kube import Kube
@@ -31,6 +29,5 @@ class Context:
     @classmethod
     def start(cls, config: Config) -> Context:
         kube, metrics = Kube.connect(), Metrics()
-        # A client of its own: the acceptor's connections never wait behind the handlers'.
-        acceptor = Acceptor(kubernetes.client.ApiClient(), metrics, config.watch_namespaces)
-        return cls(config=config, kube=kube, rings=Rings(kube), metrics=metrics, acceptor=acceptor)
+        return cls(config=config, kube=kube, rings=Rings(kube), metrics=metrics,
+                   acceptor=Acceptor.connect(metrics, config.watch_namespaces))

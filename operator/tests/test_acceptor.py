@@ -14,7 +14,7 @@ from kubernetes import client
 from loopback_http import Replies, serving
 from prometheus_client import CollectorRegistry
 
-from ringfeed_operator.acceptor import KINDS, Acceptor, first_status_ops
+from ringfeed_operator.acceptor import KINDS, PATCHERS, Acceptor, first_status_ops
 from ringfeed_operator.metrics import Metrics
 
 READY = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "observedGeneration": 1,
@@ -184,3 +184,10 @@ def test_the_wait_from_creation_to_the_first_status_is_observed(api_server):
                if s.labels == {"kind": "Split"}}
     assert samples["ringfeed_operator_first_status_seconds_count"] == 1
     assert 3 <= samples["ringfeed_operator_first_status_seconds_sum"] < 10  # whole seconds: up to 1 s more
+
+
+@pytest.mark.parametrize("namespaces, connections", [((), 4 + PATCHERS), (("team-a", "team-b"), 8 + PATCHERS)])
+def test_its_own_connection_pool_holds_every_watch_and_every_patch(namespaces, connections):
+    acceptor = Acceptor.connect(Metrics(CollectorRegistry()), namespaces)
+    pool = acceptor._custom.api_client.rest_client.pool_manager
+    assert pool.connection_pool_kw["maxsize"] == connections
