@@ -232,7 +232,9 @@ def ring(cluster: Cluster, ns: str, volumes, source: Path) -> dict:
     for plural, name in (("splits", SPLIT), ("datasets", DATASET), ("rings", RING)):
         cluster.kubectl("delete", plural, name, "-n", ns, "--wait=true", "--timeout=240s", check=False, timeout=270)
     assert get(cluster, ns, "rings", RING) is None
-    assert not cluster.core.list_namespaced_pod(ns, label_selector=f"cassandra.datastax.com/datacenter={RING}").items
+    # The datacenter goes before its Pods: the garbage collector removes them after (a Cassandra node drains first).
+    cluster.wait("the Ring's Pods gone", lambda: not cluster.core.list_namespaced_pod(
+        ns, label_selector=f"cassandra.datastax.com/datacenter={RING}").items, timeout_s=180)
 
 
 def secret_text(cluster: Cluster, ns: str, name: str, key: str) -> str:
