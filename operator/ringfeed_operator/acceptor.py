@@ -48,7 +48,7 @@ KINDS = (Kind(DATASETS, "Dataset", "making its tables on the ring"),
 # a PATCH takes 50-500 ms on a busy API server; with 8, the offers of a burst of 300 waited up to 2.5 s for one.
 PATCHERS = 16
 WATCH_S = 300  # a watch's length before it is started again from where it ended
-RETRY_S = 1.0  # after a failed list or watch
+RETRY_S = (1.0, 30.0)  # after a failed list or watch: the first wait, doubled up to the last
 REQUEST_TIMEOUT_S = 30
 logger = logging.getLogger(__name__)
 
@@ -130,6 +130,7 @@ class Acceptor:
         lister, scope = ((self._custom.list_namespaced_custom_object, (group, version, namespace, plural))
                          if namespace else (self._custom.list_cluster_custom_object, (group, version, plural)))
         resource_version = None  # where the last watch ended; None: list first (start, or the version expired)
+        retry_s = RETRY_S[0]
         while not self._stop.is_set():
             try:
                 if resource_version is None:
@@ -137,6 +138,7 @@ class Acceptor:
                     for item in listed["items"]:
                         self.offer(kind, item)
                     resource_version = listed["metadata"]["resourceVersion"]
+                    retry_s = RETRY_S[0]
                 for event in watch.Watch().stream(lister, *scope, resource_version=resource_version,
                                                   timeout_seconds=WATCH_S, allow_watch_bookmarks=True):
                     if event["type"] == "ERROR":  # the version expired
@@ -149,12 +151,15 @@ class Acceptor:
                         return
             except ApiException as error:
                 if error.status != 410:
-                    logger.warning("Watching %s for their first status: %s %s", plural, error.status, error.reason)
-                    self._stop.wait(RETRY_S)
+                    logger.warning("Watching %s for their first status: %s %s; again in %.0f s", plural,
+                                   error.status, error.reason, retry_s)
+                    self._stop.wait(retry_s)
+                    retry_s = min(2 * retry_s, RETRY_S[1])
                 resource_version = None
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
-                logger.warning("Watching %s for their first status: %s", plural, error)
-                self._stop.wait(RETRY_S)
+                logger.warning("Watching %s for their first status: %s; again in %.0f s", plural, error, retry_s)
+                self._stop.wait(retry_s)
+                retry_s = min(2 * retry_s, RETRY_S[1])
 
     def _patch_offers(self) -> None:
         while (key := self._queue.get()) is not None:

@@ -52,12 +52,13 @@ def test_an_object_with_a_condition_or_going_away_is_left_alone(kwargs):
 
 
 class ApiServer(Replies):
-    """Lists `listed[plural]`; streams `events[plural]` to the first watch of a kind, then holds every watch open
+    """Lists `listed[plural]` (after refusing with the codes of `list_refusals[plural]`, one per list); streams `events[plural]` to the first watch of a kind, then holds every watch open
     until the test ends; records every request, and answers a PATCH with the codes scripted for its path in turn
     (200 once they run out)."""
 
     protocol_version = "HTTP/1.1"
     listed: dict = {}
+    list_refusals: dict = {}
     events: dict = {}
     script: dict = {}
     gets: list = []
@@ -72,6 +73,12 @@ class ApiServer(Replies):
         with self.lock:
             self.gets.append(self.path)
         if parse_qs(url.query).get("watch") != ["true"]:
+            with self.lock:
+                refusals = self.list_refusals.get(plural, [])
+                code = refusals.pop(0) if refusals else 200
+            if code != 200:
+                self.reply(code, b'{"kind": "Status", "reason": "Forbidden"}')
+                return
             self.reply(200, json.dumps({"items": self.listed.get(plural, []),
                                         "metadata": {"resourceVersion": "100"}}).encode())
             return
@@ -100,7 +107,7 @@ class ApiServer(Replies):
 
 @pytest.fixture()
 def api_server():
-    ApiServer.listed, ApiServer.events, ApiServer.script = {}, {}, {}
+    ApiServer.listed, ApiServer.list_refusals, ApiServer.events, ApiServer.script = {}, {}, {}, {}
     ApiServer.gets, ApiServer.patches, ApiServer.streamed = [], [], set()
     ApiServer.ended.clear()
     with serving(ApiServer) as server:
@@ -191,3 +198,12 @@ def test_its_own_connection_pool_holds_every_watch_and_every_patch(namespaces, c
     acceptor = Acceptor.connect(Metrics(CollectorRegistry()), namespaces)
     pool = acceptor._custom.api_client.rest_client.pool_manager
     assert pool.connection_pool_kw["maxsize"] == connections
+
+
+def test_a_refused_list_is_tried_again_later_and_then_its_objects_are_accepted(api_server):
+    ApiServer.listed = {"rings": [body("main", "21")]}
+    ApiServer.list_refusals = {"rings": [403, 503]}  # RBAC not there yet, an API server restarting
+    results, _ = accept(api_server, expected=1)
+    assert results == {("Ring", "written"): 1}
+    lists = [path for path in ApiServer.gets if urlparse(path).path.endswith("/rings") and "watch=true" not in path]
+    assert len(lists) == 3  # refused twice, waited 1 s then 2 s, listed
