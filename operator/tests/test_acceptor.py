@@ -52,9 +52,9 @@ def test_an_object_with_a_condition_or_going_away_is_left_alone(kwargs):
 
 
 class ApiServer(Replies):
-    """Lists `listed[plural]` (after refusing with the codes of `list_refusals[plural]`, one per list); streams `events[plural]` to the first watch of a kind, then holds every watch open
-    until the test ends; records every request, and answers a PATCH with the codes scripted for its path in turn
-    (200 once they run out)."""
+    """Lists `listed[plural]` (after refusing with the codes of `list_refusals[plural]`, one per list); streams
+    `events[plural]` to the first watch of a kind, then holds every watch open until the test ends; records every
+    request, and answers a PATCH with the codes scripted for its path in turn (200 once they run out)."""
 
     protocol_version = "HTTP/1.1"
     listed: dict = {}
