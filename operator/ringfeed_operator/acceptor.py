@@ -77,8 +77,8 @@ def first_status_ops(body: Mapping, next_step: str) -> list | None:
 
 
 class Acceptor:
-    """Watches the kinds it accepts in `namespaces` (every namespace when empty) and PATCHes the latest offer of each
-    object without a status, one PATCH at a time per object."""
+    """Watches the kinds it accepts in `namespaces` (every namespace when empty) and PATCHes each object without a
+    status: the latest of its offers made before a thread took it up (an earlier one would only be refused)."""
 
     def __init__(self, api: client.ApiClient, metrics: Metrics, namespaces: Sequence[str] = (),
                  patchers: int = PATCHERS):
