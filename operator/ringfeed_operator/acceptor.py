@@ -21,13 +21,13 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any, cast
 
 import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from ringfeed_operator.builders.ring import timestamp
 from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS
 from ringfeed_operator.metrics import Metrics
 from ringfeed_operator.status import Conditions
@@ -168,8 +168,8 @@ class Acceptor:
             result = self._patch(offer)
             self._metrics.first_statuses.labels(offer.kind.name, result).inc()
             if result == "written" and offer.created:
-                created = datetime.fromisoformat(offer.created.replace("Z", "+00:00")).timestamp()
-                self._metrics.first_status_seconds.labels(offer.kind.name).observe(max(0.0, time.time() - created))
+                waited = time.time() - timestamp(offer.created).timestamp()
+                self._metrics.first_status_seconds.labels(offer.kind.name).observe(max(0.0, waited))
 
     def _patch(self, offer: Offer) -> str:
         group, version, plural = offer.kind.plural
