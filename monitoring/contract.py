@@ -50,6 +50,9 @@ _OPERATOR: dict[str, Family] = {
     "ringfeed_operator_reconciles_total": Family("counter", ("kind", "handler", "result")),  # ok | retry | error
     "ringfeed_operator_jobs_created_total": Family("counter", ("role",)),
     "ringfeed_operator_job_outcomes_total": Family("counter", ("role", "outcome")),  # succeeded | failed
+    # a new object's first status, written by the acceptor
+    "ringfeed_operator_first_statuses_total": Family("counter", ("kind", "result")),  # written | superseded | failed
+    "ringfeed_operator_first_status_seconds": Family("histogram", ("kind",)),
     "ringfeed_dataset_samples": Family("gauge", ("namespace", "dataset")),
     "ringfeed_dataset_bytes": Family("gauge", ("namespace", "dataset")),
     "ringfeed_dataset_ready": Family("gauge", ("namespace", "dataset")),
