@@ -5,8 +5,8 @@ kopf writes an object's first status only after two PATCHes in turn (its finaliz
 patch), each queued behind the work on the objects seen before it: in a burst of a thousand Datasets the first
 status came after 27 s (p99), a Split's after 67 s (make bench-operator-scale). Handed kopf's events instead, the
 Splits of a burst of 300 still reached it 5 s late: kopf's event loop is the operator's busiest place. So the
-acceptor has its own watches (one per kind and watched namespace) and its own threads and connections, and writes
-each first status in one PATCH.
+acceptor has its own watches (one per kind and watched namespace) and its own threads and connections, in a process
+of its own (acceptor_process.py), and writes each first status in one PATCH.
 
 The PATCH tests the resourceVersion the event carried, so it never overwrites a status that a handler wrote in
 between: refused, it is dropped, and the object's next event offers it again while its status is still empty. The
@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import urllib3
@@ -29,8 +29,11 @@ from kubernetes.client.exceptions import ApiException
 
 from ringfeed_operator.builders.ring import timestamp
 from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS
-from ringfeed_operator.metrics import Metrics
 from ringfeed_operator.status import Conditions
+
+# What becomes of each first status: (the kind's name, written | superseded | failed, seconds from the object's
+# creation to its status written, or None).
+Report = Callable[[str, str, float | None], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,10 +83,10 @@ class Acceptor:
     """Watches the kinds it accepts in `namespaces` (every namespace when empty) and PATCHes each object without a
     status: the latest of its offers made before a thread took it up (an earlier one would only be refused)."""
 
-    def __init__(self, api: client.ApiClient, metrics: Metrics, namespaces: Sequence[str] = (),
+    def __init__(self, api: client.ApiClient, report: Report, namespaces: Sequence[str] = (),
                  patchers: int = PATCHERS):
         self._custom = client.CustomObjectsApi(api)
-        self._metrics = metrics
+        self._report = report
         self._namespaces = tuple(namespaces) or (None,)
         self._patchers = patchers
         self._offers: dict[tuple[str, str, str], Offer] = {}  # (plural, namespace, name) → the latest not yet sent
@@ -92,12 +95,12 @@ class Acceptor:
         self._stop = threading.Event()
 
     @classmethod
-    def connect(cls, metrics: Metrics, namespaces: Sequence[str]) -> Acceptor:
+    def connect(cls, report: Report, namespaces: Sequence[str]) -> Acceptor:
         """An acceptor with a client of its own (the kubernetes client's configuration, loaded): its connections
         never wait behind the handlers', and its pool holds every watch and every PATCH at once."""
         configuration = client.Configuration.get_default_copy()
         configuration.connection_pool_maxsize = len(KINDS) * max(1, len(namespaces)) + PATCHERS
-        return cls(client.ApiClient(configuration), metrics, namespaces)
+        return cls(client.ApiClient(configuration), report, namespaces)
 
     def start(self) -> None:
         # Daemons: a watch ends only with its stream, and the process does not wait for it.
@@ -166,10 +169,10 @@ class Acceptor:
             with self._lock:
                 offer = self._offers.pop(key)
             result = self._patch(offer)
-            self._metrics.first_statuses.labels(offer.kind.name, result).inc()
+            waited = None
             if result == "written" and offer.created:
-                waited = time.time() - timestamp(offer.created).timestamp()
-                self._metrics.first_status_seconds.labels(offer.kind.name).observe(max(0.0, waited))
+                waited = max(0.0, time.time() - timestamp(offer.created).timestamp())
+            self._report(offer.kind.name, result, waited)
 
     def _patch(self, offer: Offer) -> str:
         group, version, plural = offer.kind.plural

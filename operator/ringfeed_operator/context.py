@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ringfeed_operator.acceptor import Acceptor
+from ringfeed_operator.acceptor_process import AcceptorProcess
 from ringfeed_operator.config import Config
 from ringfeed_operator.kube import Kube
 from ringfeed_operator.loads import RingLoads
@@ -22,7 +22,7 @@ class Context:
     kube: Kube
     rings: Rings
     metrics: Metrics
-    acceptor: Acceptor | None = None  # None: no first statuses of its own (the handlers' tests)
+    acceptor: AcceptorProcess | None = None  # None: no first statuses of its own (the handlers' tests)
     loads: RingLoads = dataclasses.field(default_factory=RingLoads)
     dataset_looks: dict[str, float] = dataclasses.field(default_factory=dict)  # uid → when its POLL_S timer last ran
 
@@ -30,4 +30,4 @@ class Context:
     def start(cls, config: Config) -> Context:
         kube, metrics = Kube.connect(), Metrics()
         return cls(config=config, kube=kube, rings=Rings(kube), metrics=metrics,
-                   acceptor=Acceptor.connect(metrics, config.watch_namespaces))
+                   acceptor=AcceptorProcess.connect(metrics, config.watch_namespaces, config.verbose))

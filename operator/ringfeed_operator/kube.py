@@ -61,6 +61,14 @@ def _created(pod: V1Pod) -> dt.datetime:
     return pod.metadata.creation_timestamp
 
 
+def load_configuration() -> None:
+    """The kubernetes client's default configuration: the Pod's ServiceAccount in the cluster, else the kubeconfig."""
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+
+
 class Kube:
     """One API client (the service account's in a cluster, the current kubeconfig context outside) and the calls
     made with it."""
@@ -86,10 +94,7 @@ class Kube:
 
     @classmethod
     def connect(cls) -> Kube:
-        try:
-            kubernetes.config.load_incluster_config()
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()
+        load_configuration()
         return cls(kubernetes.client.ApiClient())
 
     def secret_values(self, namespace: str, name: str, *keys: str) -> list[str]:

@@ -7,8 +7,9 @@ Built to stay light with thousands of objects (make bench-operator-scale):
   per tick;
 - the indexes are asynchronous (kopf's event loop): they never wait behind the synchronous handlers in kopf's thread
   pool, where a Dataset's reconcile waits for the ring to make its keyspace;
-- a new object's first status comes from watches, threads and connections of its own (acceptor.py), not after
-  kopf's finalizer and behind the other objects' work in kopf's event loop.
+- a new object's first status comes from watches, threads and connections of its own in a process of its own
+  (acceptor.py, acceptor_process.py), not after kopf's finalizer and behind the other objects' work in kopf's event
+  loop.
 
 The function names are kopf's handler ids: kopf records a change handler's progress in annotations under its id
 (`operator.ringfeed.io/reconcile_dataset`...), an index is passed to handlers under its id, and the reconcile

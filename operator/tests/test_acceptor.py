@@ -5,6 +5,10 @@ loopback answering as the API server would (the e2e runs the acceptor against th
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from urllib.parse import parse_qs, urlparse
@@ -15,6 +19,7 @@ from loopback_http import Replies, serving
 from prometheus_client import CollectorRegistry
 
 from ringfeed_operator.acceptor import KINDS, PATCHERS, Acceptor, first_status_ops
+from ringfeed_operator.acceptor_process import AcceptorProcess, parse_report, recorded_in, report_line
 from ringfeed_operator.metrics import Metrics
 
 READY = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "observedGeneration": 1,
@@ -121,7 +126,7 @@ def accept(server, expected: int, namespaces: tuple[str, ...] = (), offers: tupl
     configuration = client.Configuration()
     configuration.host = f"http://127.0.0.1:{server.server_port}"
     metrics = Metrics(CollectorRegistry())
-    acceptor = Acceptor(client.ApiClient(configuration), metrics, namespaces, patchers=2)
+    acceptor = Acceptor(client.ApiClient(configuration), recorded_in(metrics), namespaces, patchers=2)
 
     def results() -> dict:
         return {(s.labels["kind"], s.labels["result"]): s.value for s in metrics.first_statuses.collect()[0].samples
@@ -195,7 +200,7 @@ def test_the_wait_from_creation_to_the_first_status_is_observed(api_server):
 
 @pytest.mark.parametrize("namespaces, connections", [((), 4 + PATCHERS), (("team-a", "team-b"), 8 + PATCHERS)])
 def test_its_own_connection_pool_holds_every_watch_and_every_patch(namespaces, connections):
-    acceptor = Acceptor.connect(Metrics(CollectorRegistry()), namespaces)
+    acceptor = Acceptor.connect(recorded_in(Metrics(CollectorRegistry())), namespaces)
     pool = acceptor._custom.api_client.rest_client.pool_manager
     assert pool.connection_pool_kw["maxsize"] == connections
 
@@ -207,3 +212,75 @@ def test_a_refused_list_is_tried_again_later_and_then_its_objects_are_accepted(a
     assert results == {("Ring", "written"): 1}
     lists = [path for path in ApiServer.gets if urlparse(path).path.endswith("/rings") and "watch=true" not in path]
     assert len(lists) == 3  # refused twice, waited 1 s then 2 s, listed
+
+
+@pytest.mark.parametrize("report", [("Dataset", "written", 2.5), ("TrainingJob", "superseded", None),
+                                    ("Ring", "failed", None), ("Split", "written", 0.0)])
+def test_a_report_crosses_from_the_child_as_one_line(report):
+    line = report_line(*report)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert parse_report(line) == report
+
+
+def kubeconfig_of(server, folder) -> str:
+    path = folder / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "loopback",
+        "clusters": [{"name": "loopback", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+        "users": [{"name": "nobody", "user": {}}],
+        "contexts": [{"name": "loopback", "context": {"cluster": "loopback", "user": "nobody"}}]}))
+    return str(path)
+
+
+def written(metrics: Metrics) -> float:
+    return sum(s.value for s in metrics.first_statuses.collect()[0].samples
+               if s.name.endswith("_total") and s.labels["result"] == "written")
+
+
+def wait_for(condition, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.05)
+
+
+def test_the_acceptors_process_reports_into_the_operators_metrics_and_is_started_again_if_it_ends(
+        api_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", kubeconfig_of(api_server, tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    ApiServer.listed = {"datasets": [body("images", "10")]}
+    metrics = Metrics(CollectorRegistry())
+    acceptor = AcceptorProcess.connect(metrics, ("ml",))
+    acceptor.start()
+    try:
+        wait_for(lambda: written(metrics) == 1)
+        first = acceptor.pid
+        assert first is not None and first != os.getpid()
+        assert [p for p, *_ in ApiServer.patches] == [f"{BASE}/namespaces/ml/datasets/images/status"]
+        os.kill(first, signal.SIGKILL)
+        # Started again (after 2 s: it ended young), it lists again and writes the still empty status again.
+        wait_for(lambda: written(metrics) == 2)
+        assert acceptor.pid not in (None, first)
+        samples = {s.name: s.value for s in metrics.first_status_seconds.collect()[0].samples
+                   if s.labels == {"kind": "Dataset"}}
+        assert samples["ringfeed_operator_first_status_seconds_count"] == 2
+    finally:
+        acceptor.close()
+    last = acceptor.pid
+    assert last is not None
+    with pytest.raises(ProcessLookupError):  # closed: its child is gone, and reaped
+        os.kill(last, 0)
+
+
+def test_the_acceptors_process_ends_when_its_standard_input_closes(api_server, tmp_path):
+    env = {**os.environ, "KUBECONFIG": kubeconfig_of(api_server, tmp_path)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    child = subprocess.Popen([sys.executable, "-m", "ringfeed_operator.acceptor_process", "--namespace=ml"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        wait_for(lambda: len([p for p in ApiServer.gets if "watch=true" in p]) == len(KINDS))
+        assert child.poll() is None
+        child.stdin.close()  # as when the operator ends, however it ends
+        assert child.wait(10) == 0
+    finally:
+        child.kill()
