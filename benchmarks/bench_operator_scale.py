@@ -170,8 +170,8 @@ def percentiles(seconds: list[float]) -> dict:
 
 def first_status_waits(lives: list[Life]) -> dict:
     """Where the first status waited, of the objects that got one: the create call (the API server's queue), the
-    object's first event reaching this process (the API server's delivery, and this process's own watch: a lower
-    bound of the operator's lag in seeing it), then the operator's write and its delivery here."""
+    object's first event reaching a watching process of the benchmark (the API server's delivery: a lower bound of
+    the operator's lag in seeing it), then the operator's write and its delivery there."""
     done = [life for life in lives if life.first_status is not None and life.seen is not None]
     if not done:
         return {}
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
             cluster.kubectl("create", "secret", "generic", CREDENTIALS, "-n", namespace,
                             "--from-literal=username=cassandra", "--from-literal=password=cassandra")
         api = api_client(cluster.kubeconfig)
-        timeline = Timeline(api, PLURALS, run_id)
+        timeline = Timeline(cluster.kubeconfig, PLURALS, run_id)
         timeline.start()
         if args.trace_memory:
             signal_operator(cluster)  # starts tracing: the report at rest holds what the objects made

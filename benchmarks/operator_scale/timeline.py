@@ -1,18 +1,26 @@
 """When each benchmark object was created, first given a status, made Ready (Running for a TrainingJob) and gone:
 one watch per kind, across namespaces, on the benchmark's label. Times are this machine's clock on both sides (the
-create call's start, the watch event's arrival), so they include the apiserver's delivery, a few milliseconds."""
+create call's start, the watch event's arrival), so they include the apiserver's delivery, a few milliseconds.
+
+Each kind is watched from a process of its own, which notes when an event arrived: in the benchmark's process the
+watches would wait for its interpreter, busy with the create calls of a burst, and report the objects late."""
 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import threading
 import time
+from multiprocessing.connection import Connection
+from pathlib import Path
 
-from kubernetes import client, watch
+from kubernetes import client, config, watch
 
 from kubecluster import GROUP, VERSION
 
 LABEL = "ringfeed.io/bench"
+# What an object's events have shown so far, as bits: sent by a watching process when one is new.
+SEEN, STATUS, READY, GONE = 1, 2, 4, 8
 
 
 @dataclasses.dataclass
@@ -23,7 +31,7 @@ class Life:
     phase: str  # which part of the run created it: warm-up, create, churn
     created: float  # the create call's start
     returned: float  # its return
-    seen: float | None = None  # the first watch event's arrival here
+    seen: float | None = None  # the first watch event's arrival (in its watching process)
     first_status: float | None = None
     ready: float | None = None
     gone: float | None = None
@@ -42,32 +50,80 @@ def is_ready(plural: str, obj: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
 
 
-class Timeline:
-    """Lives of the benchmark's objects by uid, fed by a watch thread per kind."""
+def shown(plural: str, obj: dict, event_type: str) -> int:
+    return (SEEN | (STATUS if has_status(obj) else 0) | (READY if is_ready(plural, obj) else 0)
+            | (GONE if event_type == "DELETED" else 0))
 
-    def __init__(self, api: client.ApiClient, plurals: tuple[str, ...], run_id: str):
-        self._custom = client.CustomObjectsApi(api)
-        self._selector = f"{LABEL}={run_id}"
+
+def watch_kind(kubeconfig: str, plural: str, selector: str, out: Connection) -> None:
+    """A watching process: lists then watches `plural`, and sends (uid, arrival time, bits) for each event that
+    shows something new of its object."""
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    custom = client.CustomObjectsApi(client.ApiClient(configuration))
+    sent: dict[str, int] = {}
+
+    def note(at: float, obj: dict, event_type: str) -> None:
+        uid, bits = obj["metadata"]["uid"], shown(plural, obj, event_type)
+        if bits & ~sent.get(uid, 0):
+            sent[uid] = sent.get(uid, 0) | bits
+            out.send((uid, at, bits))
+
+    version = None  # where the last watch ended; None: list first (start, or the version expired)
+    while True:
+        try:
+            if version is None:
+                listed = custom.list_cluster_custom_object(GROUP, VERSION, plural, label_selector=selector)
+                at = time.time()
+                for item in listed["items"]:
+                    note(at, item, "MODIFIED")
+                version = listed["metadata"]["resourceVersion"]
+            for event in watch.Watch().stream(custom.list_cluster_custom_object, GROUP, VERSION, plural,
+                                              label_selector=selector, timeout_seconds=30,
+                                              resource_version=version):
+                if event["type"] == "ERROR":  # expired: list again
+                    version = None
+                    break
+                version = event["object"]["metadata"]["resourceVersion"]
+                if event["type"] != "BOOKMARK":
+                    note(time.time(), event["object"], event["type"])
+        except client.ApiException:
+            version = None  # expired (410 Gone): list again
+            time.sleep(0.5)
+
+
+class Timeline:
+    """Lives of the benchmark's objects by uid, fed by a watching process per kind (through a thread each here)."""
+
+    def __init__(self, kubeconfig: Path, plurals: tuple[str, ...], run_id: str):
         self._lock = threading.Condition()
         self.lives: dict[str, Life] = {}
-        self._early: dict[str, list[tuple[float, dict, str]]] = {}  # events that beat the create call's return
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._watch, args=(p,), daemon=True) for p in plurals]
+        self._early: dict[str, list[tuple[float, int]]] = {}  # what arrived before the create call returned
+        spawn = multiprocessing.get_context("spawn")  # not a fork of a process with threads
+        self._watchers = []
+        for plural in plurals:
+            receiving, sending = spawn.Pipe(duplex=False)
+            process = spawn.Process(target=watch_kind, args=(str(kubeconfig), plural, f"{LABEL}={run_id}", sending),
+                                    daemon=True, name=f"watch-{plural}")
+            self._watchers.append((process, receiving, sending))
 
     def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
+        for process, receiving, sending in self._watchers:
+            process.start()
+            sending.close()  # the child's end: held only there
+            threading.Thread(target=self._receive, args=(receiving,), daemon=True).start()
 
     def stop(self) -> None:
-        self._stop.set()
+        for process, _, _ in self._watchers:
+            process.terminate()
 
     def created(self, plural: str, obj: dict, phase: str, started: float, returned: float) -> None:
         uid = obj["metadata"]["uid"]
         with self._lock:
             self.lives[uid] = Life(plural, obj["metadata"]["namespace"], obj["metadata"]["name"], phase, started,
                                    returned)
-            for at, body, kind in self._early.pop(uid, ()):
-                self._record(uid, plural, at, body, kind)
+            for at, bits in self._early.pop(uid, ()):
+                self._record(uid, at, bits)
 
     def latest(self, plural: str, namespace: str, name: str) -> str:
         """The uid of the last object of that name created."""
@@ -75,48 +131,29 @@ class Timeline:
             return next(uid for uid, life in reversed(self.lives.items())
                         if (life.kind, life.namespace, life.name) == (plural, namespace, name))
 
-    def _watch(self, plural: str) -> None:
-        version = None  # where the last watch ended; None: list first (start, or the version expired)
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    listed = self._custom.list_cluster_custom_object(GROUP, VERSION, plural,
-                                                                     label_selector=self._selector)
-                    for item in listed["items"]:
-                        self._seen(plural, time.time(), item, "MODIFIED")
-                    version = listed["metadata"]["resourceVersion"]
-                for event in watch.Watch().stream(self._custom.list_cluster_custom_object, GROUP, VERSION, plural,
-                                                  label_selector=self._selector, timeout_seconds=30,
-                                                  resource_version=version):
-                    if event["type"] == "ERROR":  # expired: list again
-                        version = None
-                        break
-                    version = event["object"]["metadata"]["resourceVersion"]
-                    if event["type"] != "BOOKMARK":
-                        self._seen(plural, time.time(), event["object"], event["type"])
-                    if self._stop.is_set():
-                        return
-            except client.ApiException:
-                version = None  # expired (410 Gone): list again
-                time.sleep(0.5)
+    def _receive(self, receiving: Connection) -> None:
+        try:
+            while True:
+                self._seen(*receiving.recv())
+        except EOFError:  # its process ended
+            return
 
-    def _seen(self, plural: str, at: float, obj: dict, kind: str) -> None:
-        uid = obj["metadata"]["uid"]
+    def _seen(self, uid: str, at: float, bits: int) -> None:
         with self._lock:
             if uid in self.lives:
-                self._record(uid, plural, at, obj, kind)
+                self._record(uid, at, bits)
             else:
-                self._early.setdefault(uid, []).append((at, obj, kind))
+                self._early.setdefault(uid, []).append((at, bits))
 
-    def _record(self, uid: str, plural: str, at: float, obj: dict, kind: str) -> None:
+    def _record(self, uid: str, at: float, bits: int) -> None:
         life = self.lives[uid]
         if life.seen is None:
             life.seen = at
-        if life.first_status is None and has_status(obj):
+        if life.first_status is None and bits & STATUS:
             life.first_status = at
-        if life.ready is None and is_ready(plural, obj):
+        if life.ready is None and bits & READY:
             life.ready = at
-        if kind == "DELETED":
+        if bits & GONE:
             life.gone = at
         self._lock.notify_all()
 
