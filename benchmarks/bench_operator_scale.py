@@ -164,6 +164,15 @@ def latencies(timeline: Timeline, timeout: Callable[[str], float]) -> dict:
     return table
 
 
+def create_calls(bursts: list[dict], usage: probes.Usage) -> list[dict]:
+    """Each kind's create calls in the create phase: how many a second, and the CPU of each process group meanwhile
+    (where the samples, every SAMPLE_S, fall inside them)."""
+    return [{"kind": burst["kind"], "objects": burst["objects"], "seconds": round(burst["end"] - burst["start"], 1),
+             "per_second": round(burst["objects"] / max(burst["end"] - burst["start"], 1e-3), 1),
+             "cpu_cores": usage.cores_between(burst["start"], burst["end"])}
+            for burst in bursts if burst["phase"] == "create"]
+
+
 def percentiles(seconds: list[float]) -> dict:
     return {"p50": round(float(np.percentile(seconds, 50)), 2), "p99": round(float(np.percentile(seconds, 99)), 2)}
 
@@ -210,6 +219,9 @@ def report(result: dict) -> None:
             print(f"{key:<40}" + "".join(f"{waits[part]['p50']:>{width - 10}.2f}{waits[part]['p99']:>10.2f}"
                                          for part, width in (("create_call", 20), ("event_here", 22),
                                                              ("status_after_event", 20))))
+    for burst in result["create_calls"]:
+        print(f"create calls of {burst['objects']} {burst['kind']}: {burst['seconds']} s ({burst['per_second']}/s), "
+              f"CPU (cores) meanwhile: {burst['cpu_cores']}")
     if result["churn_rounds"]:
         print(f"churn rounds: {result['churn_rounds']}")
     print(f"operator peak RSS {result['peak_rss_mib']} MiB, {result['operator_restarts']} restart(s); not there in "
@@ -301,6 +313,7 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
         return {"count": args.count, "namespaces": args.namespaces, "nodes": args.nodes, "created_s": round(created_s),
                 "latencies": latencies(timeline, scenario.timeout), "create": create, "rest": rest, "churn": churn,
                 "churn_rounds": scenario.rounds, "missing": scenario.missing,
+                "create_calls": create_calls(scenario.bursts, usage),
                 "peak_rss_mib": round(usage.peak_rss_mib, 1), "operator_restarts": operator.restarts(),
                 "rss_samples": usage.rss_samples,
                 "first_status_p99_s": round(first_status_p99(timeline, scenario.timeout), 2)}

@@ -135,6 +135,7 @@ class Usage:
         self.groups, self.tracked = groups, tracked
         self.peak_rss_mib = 0.0
         self.rss_samples: list[tuple[float, float]] = []
+        self.cpu_samples: list[tuple[float, dict[str, float]]] = []  # (time.monotonic(), CPU seconds by group)
 
     def cpu(self) -> dict[str, float]:
         return {name: cpu_seconds(pids) for name, pids in self.groups.items()}
@@ -143,4 +144,14 @@ class Usage:
         rss = rss_mib(self.groups[self.tracked])
         self.peak_rss_mib = max(self.peak_rss_mib, rss)
         self.rss_samples.append((time.time(), rss))
+        self.cpu_samples.append((time.monotonic(), self.cpu()))
         return rss
+
+    def cores_between(self, start: float, end: float) -> dict[str, float] | None:
+        """CPU cores by group from the first sample at or after `start` (time.monotonic()) to the last at or before
+        `end`; None when fewer than two samples fall between them."""
+        inside = [sample for sample in self.cpu_samples if start <= sample[0] <= end]
+        if len(inside) < 2:
+            return None
+        (t0, cpu0), (t1, cpu1) = inside[0], inside[-1]
+        return {name: round((cpu1[name] - cpu0[name]) / (t1 - t0), 3) for name in cpu1}

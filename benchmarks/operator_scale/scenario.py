@@ -39,6 +39,7 @@ class Scenario:
         self._pool = ThreadPoolExecutor(CREATORS)
         self.missing: dict[str, int] = {}  # by phase/kind: objects that did not get there within timeout_s
         self.rounds: list[dict] = []
+        self.bursts: list[dict] = []  # each kind's create calls: phase, kind, objects, start and end (monotonic)
 
     def manifest(self, plural: str, triple: Triple) -> dict:
         if plural == "datasets":
@@ -55,7 +56,11 @@ class Scenario:
                                                                 self.manifest(plural, triple))
             self._timeline.created(plural, made, phase, started, time.time())
             return made["metadata"]["uid"]
-        return list(self._pool.map(one, triples))
+        start = time.monotonic()
+        uids = list(self._pool.map(one, triples))
+        self.bursts.append({"phase": phase, "kind": plural, "objects": len(uids), "start": start,
+                            "end": time.monotonic()})
+        return uids
 
     def create_ready(self, plural: str, triples: list[Triple], phase: str) -> None:
         started = time.monotonic()
