@@ -27,9 +27,8 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from ringfeed_operator.builders.ring import timestamp
 from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS
-from ringfeed_operator.status import Conditions
+from ringfeed_operator.status import Conditions, timestamp
 
 # What becomes of each first status: (the kind's name, written | superseded | failed, seconds from the object's
 # creation to its status written, or None).

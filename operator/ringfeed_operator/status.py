@@ -1,5 +1,5 @@
-"""Conditions, the one place they are set and read: metav1.Condition bookkeeping for every Ringfeed status, and the
-state of a Job from its conditions. Pure."""
+"""Conditions, the one place they are set and read: metav1.Condition bookkeeping for every Ringfeed status, the
+state of a Job from its conditions, and the API server's times. Pure."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ from collections.abc import Collection, Mapping, MutableMapping
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def timestamp(text: str) -> dt.datetime:
+    """An RFC 3339 time of the API server."""
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 class Conditions:

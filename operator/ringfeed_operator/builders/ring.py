@@ -32,6 +32,7 @@ from ringfeed_operator.builders.meta import (
     MANAGER,
     owner_reference,
 )
+from ringfeed_operator.status import timestamp
 
 CA_VOLUME, LOGIN_VOLUME = "ring-ca", "ring-login"
 CONNECT_RETRY_S = 30
@@ -150,11 +151,6 @@ def cleanup_task(ring: dict, step_started_at: dt.datetime) -> dict:
 
 def parse_time(text: str | None) -> dt.datetime | None:
     return timestamp(text) if text else None
-
-
-def timestamp(text: str) -> dt.datetime:
-    """An RFC 3339 time of the API server."""
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def format_time(moment: dt.datetime) -> str:
