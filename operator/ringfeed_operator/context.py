@@ -27,7 +27,7 @@ class Context:
     dataset_looks: dict[str, float] = dataclasses.field(default_factory=dict)  # uid → when its POLL_S timer last ran
 
     @classmethod
-    def start(cls, config: Config) -> Context:
-        kube, metrics = Kube.connect(), Metrics()
+    def start(cls, config: Config, handler_threads: int) -> Context:
+        kube, metrics = Kube.connect(handler_threads), Metrics()
         return cls(config=config, kube=kube, rings=Rings(kube), metrics=metrics,
                    acceptor=AcceptorProcess.connect(metrics, config.watch_namespaces, config.verbose))

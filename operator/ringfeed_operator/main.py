@@ -60,7 +60,7 @@ def run(config: Config) -> None:
         liveness_endpoint=f"http://{config.bind}:{config.health_port}/healthz",
         registry=kopf.get_default_registry(),
         standalone=True,  # one replica (Deployment strategy Recreate): no peering objects
-        memo=Context.start(config),
+        memo=Context.start(config, HANDLER_THREADS),
     ))
 
 

@@ -13,6 +13,7 @@ import yaml
 from ringfeed_operator.api_session import API_REQUESTS, Login, pool_size
 from ringfeed_operator.config import Config
 from ringfeed_operator.context import Context
+from ringfeed_operator.kube import Kube
 
 KUBECONFIG = {
     "apiVersion": "v1", "kind": "Config", "current-context": "bench",
@@ -59,3 +60,9 @@ def test_the_login_of_the_kubeconfig_in_a_pool_with_room_for_every_watch_and_the
     assert limit == pool_size(namespaces) >= API_REQUESTS + 6 * max(1, len(namespaces)) + 2
     # The same credentials, the same session (kopf refuses one it saw rejected); new credentials, a new one.
     assert again is info and rotated is not info and rotated_headers["Authorization"] == "Bearer rotated-token"
+
+
+@pytest.mark.parametrize("threads", [4, 16, 32])
+def test_the_handlers_client_keeps_a_connection_per_handler_thread(kubeconfig, threads):
+    kube = Kube.connect(threads)
+    assert kube._core.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] == threads
