@@ -27,7 +27,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS
+from ringfeed_operator.kube import DATASETS, RINGS, SPLITS, TRAININGJOBS, api_client
 from ringfeed_operator.status import Conditions, timestamp
 
 # What becomes of each first status: (the kind's name, written | superseded | failed, seconds from the object's
@@ -97,9 +97,7 @@ class Acceptor:
     def connect(cls, report: Report, namespaces: Sequence[str]) -> Acceptor:
         """An acceptor with a client of its own (the kubernetes client's configuration, loaded): its connections
         never wait behind the handlers', and its pool holds every watch and every PATCH at once."""
-        configuration = client.Configuration.get_default_copy()
-        configuration.connection_pool_maxsize = len(KINDS) * max(1, len(namespaces)) + PATCHERS
-        return cls(client.ApiClient(configuration), report, namespaces)
+        return cls(api_client(len(KINDS) * max(1, len(namespaces)) + PATCHERS), report, namespaces)
 
     def start(self) -> None:
         # Daemons: a watch ends only with its stream, and the process does not wait for it.

@@ -69,6 +69,14 @@ def load_configuration() -> None:
         kubernetes.config.load_kube_config()
 
 
+def api_client(connections: int) -> kubernetes.client.ApiClient:
+    """A client of the loaded default configuration whose pool keeps `connections` open (the client's default is 5
+    per CPU, whatever the threads that share it)."""
+    configuration = kubernetes.client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = connections
+    return kubernetes.client.ApiClient(configuration)
+
+
 class Kube:
     """One API client (the service account's in a cluster, the current kubeconfig context outside) and the calls
     made with it."""
@@ -97,9 +105,7 @@ class Kube:
         """A client whose pool keeps `connections` open: one per handler thread. The client's default (5 per CPU)
         made a burst's handlers on 2 CPUs drop connections and open new ones, a TLS handshake each."""
         load_configuration()
-        configuration = kubernetes.client.Configuration.get_default_copy()
-        configuration.connection_pool_maxsize = connections
-        return cls(kubernetes.client.ApiClient(configuration))
+        return cls(api_client(connections))
 
     def secret_values(self, namespace: str, name: str, *keys: str) -> list[str]:
         """Keys of one Secret, read with one request."""
