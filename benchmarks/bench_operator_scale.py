@@ -27,6 +27,7 @@ An object that never got there within the phase's timeout counts with the time w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -58,6 +59,7 @@ from kubecluster import (  # noqa: E402
     container_pids,
 )
 from operator_scale import probes  # noqa: E402
+from operator_scale.heartbeat import Heartbeat  # noqa: E402
 from operator_scale.kwok import SimulatedNodes  # noqa: E402
 from operator_scale.objects import CREDENTIALS, triples  # noqa: E402
 from operator_scale.scenario import PLURALS, Scenario, progress  # noqa: E402
@@ -68,6 +70,7 @@ FIRST_STATUS_BAR_S, RSS_BAR_MIB, REQUESTS_BAR = 5.0, 512.0, 1.0
 CHURN_FRACTION = 0.10
 SAMPLE_S = 2.0  # the operator's memory, read this often
 METRICS_PORT = 9090  # the chart's operator.metricsPort
+HEARTBEAT_NAMESPACE = "bench-heartbeat"
 
 
 def cluster_script(command: str) -> None:
@@ -138,6 +141,9 @@ def window(cluster: Cluster, usage: probes.Usage, operator: Operator, seconds: f
     return {"minutes": round(minutes, 2), "objects": objects, "requests_per_minute": requests,
             "requests_per_object_minute": round(sum(requests.values()) / objects, 3),
             "queued_mean_s": waited,
+            "watchers_terminated": {key.removeprefix("terminated:"): int(requests1[key] - requests0.get(key, 0.0))
+                                    for key in requests1 if key.startswith("terminated:")
+                                    and requests1[key] > requests0.get(key, 0.0)},
             "all_clients_requests_per_minute": {key: round(rate, 1) for rate, key in busiest},
             "handler_runs_per_minute": {h: round((runs1[h] - runs0.get(h, 0)) / minutes, 1) for h in runs1
                                         if runs1[h] > runs0.get(h, 0)},
@@ -164,12 +170,13 @@ def latencies(timeline: Timeline, timeout: Callable[[str], float]) -> dict:
     return table
 
 
-def create_calls(bursts: list[dict], usage: probes.Usage) -> list[dict]:
-    """Each kind's create calls in the create phase: how many a second, and the CPU of each process group meanwhile
-    (where the samples, every SAMPLE_S, fall inside them)."""
+def create_calls(bursts: list[dict], usage: probes.Usage, heartbeat: Heartbeat) -> list[dict]:
+    """Each kind's create calls in the create phase: how many a second, the CPU of each process group meanwhile
+    (where the samples, every SAMPLE_S, fall inside them), and the API server's pace on the heartbeat."""
     return [{"kind": burst["kind"], "objects": burst["objects"], "seconds": round(burst["end"] - burst["start"], 1),
              "per_second": round(burst["objects"] / max(burst["end"] - burst["start"], 1e-3), 1),
-             "cpu_cores": usage.cores_between(burst["start"], burst["end"])}
+             "cpu_cores": usage.cores_between(burst["start"], burst["end"]),
+             "heartbeat": heartbeat.between(burst["start"], burst["end"])}
             for burst in bursts if burst["phase"] == "create"]
 
 
@@ -209,6 +216,7 @@ def report(result: dict) -> None:
               f"({sum(part['requests_per_minute'].values()):.0f}/min: {part['requests_per_minute']})")
         print(f"  mean seconds queued at the API server (its priority and fairness), by verb: {part['queued_mean_s']}")
         print(f"  handler runs/min: {part['handler_runs_per_minute']}")
+        print(f"  watchers the API server closed for not keeping up: {part['watchers_terminated'] or 'none'}")
         print(f"  all clients' busiest requests/min: {part['all_clients_requests_per_minute']}")
         print(f"  CPU (cores): {part['cpu_cores']}; operator RSS {part['operator_rss_mib']} MiB")
     print(f"\n{'first status waited in (p50 p99 s)':<40}{'the create call':>20}{'its first event here':>22}"
@@ -222,6 +230,10 @@ def report(result: dict) -> None:
     for burst in result["create_calls"]:
         print(f"create calls of {burst['objects']} {burst['kind']}: {burst['seconds']} s ({burst['per_second']}/s), "
               f"CPU (cores) meanwhile: {burst['cpu_cores']}")
+        if beats := burst["heartbeat"]:
+            print(f"  the API server's heartbeat meanwhile ({beats['beats']} beats, p50/p99 s): write call "
+                  f"{beats['write_call']['p50']}/{beats['write_call']['p99']}, its event delivered "
+                  f"{beats['delivery']['p50']}/{beats['delivery']['p99']} after it")
     if result["churn_rounds"]:
         print(f"churn rounds: {result['churn_rounds']}")
     print(f"operator peak RSS {result['peak_rss_mib']} MiB, {result['operator_restarts']} restart(s); not there in "
@@ -264,7 +276,7 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
                                                    jmx_base=7700, heap=args.ring_heap, ring_delay_ms=1000))
     ring.down(purge=True)
     ring.up(1)
-    nodes = timeline = None
+    nodes = timeline = heartbeat = None
     try:
         cluster.kubectl("create", "namespace", SYSTEM)
         cluster.allow_pulls(SYSTEM)
@@ -286,6 +298,9 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
         api = api_client(cluster.kubeconfig)
         timeline = Timeline(cluster.kubeconfig, PLURALS, run_id)
         timeline.start()
+        cluster.kubectl("create", "namespace", HEARTBEAT_NAMESPACE)
+        heartbeat = Heartbeat(cluster.kubeconfig, HEARTBEAT_NAMESPACE)
+        heartbeat.start()
         if args.trace_memory:
             signal_operator(cluster)  # starts tracing: the report at rest holds what the objects made
         usage = probes.Usage(process_groups(operator, nodes.pid, ring), "operator")
@@ -313,13 +328,17 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
         return {"count": args.count, "namespaces": args.namespaces, "nodes": args.nodes, "created_s": round(created_s),
                 "latencies": latencies(timeline, scenario.timeout), "create": create, "rest": rest, "churn": churn,
                 "churn_rounds": scenario.rounds, "missing": scenario.missing,
-                "create_calls": create_calls(scenario.bursts, usage),
+                "create_calls": create_calls(scenario.bursts, usage, heartbeat),
                 "peak_rss_mib": round(usage.peak_rss_mib, 1), "operator_restarts": operator.restarts(),
-                "rss_samples": usage.rss_samples,
+                "rss_samples": usage.rss_samples, "heartbeat_beats": heartbeat.beats,
+                # for a look afterwards: each object's marks (wall clock), and where the monotonic beats fall on it
+                "lives": [dataclasses.asdict(life) for life in timeline.lives.values()],
+                "wall_minus_monotonic_s": time.time() - time.monotonic(),
                 "first_status_p99_s": round(first_status_p99(timeline, scenario.timeout), 2)}
     finally:
-        if timeline is not None:
-            timeline.stop()
+        for watching in (timeline, heartbeat):
+            if watching is not None:
+                watching.stop()
         if nodes is not None:
             nodes.stop()
         ring.down(purge=True)
@@ -350,7 +369,7 @@ def main() -> int:
         if not args.keep:
             cluster_script("down")
     (OUT / f"operator-scale-{args.count}.json").write_text(json.dumps(result, indent=1))
-    report({k: v for k, v in result.items() if k != "rss_samples"})
+    report({k: v for k, v in result.items() if k not in ("rss_samples", "heartbeat_beats", "lives")})
     passed = [bar("operator_first_status_p99_s", result["first_status_p99_s"], FIRST_STATUS_BAR_S),
               bar("operator_rss_mib", result["peak_rss_mib"], RSS_BAR_MIB),
               bar("operator_requests_per_object_minute", result["rest"]["requests_per_object_minute"], REQUESTS_BAR)]

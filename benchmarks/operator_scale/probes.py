@@ -29,6 +29,7 @@ BUILT_IN = ("workload-low", "ByUser")  # the built-in `service-accounts` FlowSch
 _DISPATCHED = re.compile(r'^apiserver_flowcontrol_dispatched_requests_total\{flow_schema="([^"]+)"[^}]*\} (\S+)$')
 _REQUESTS = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$")
 _WAITED = re.compile(r'^apiserver_flowcontrol_request_wait_duration_seconds_(sum|count)\{([^}]*)\} (\S+)$')
+_TERMINATED = re.compile(r"^apiserver_terminated_watchers_total\{([^}]*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _RECONCILES = re.compile(r'^ringfeed_operator_reconciles_total\{[^}]*handler="([^"]+)"[^}]*\} (\S+)$')
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -55,7 +56,8 @@ def request_counts(cluster: Cluster) -> dict[str, float]:
     seconds queued by API Priority and Fairness (`waited_sum:<verb>`, `waited_count:<verb>`), and every
     client's requests by verb and resource (`all:<VERB> <resource>[/<subresource>]`, apiserver_request_total): the
     operator is the only client that reads Jobs and Secrets or writes the benchmark's objects' status, so those rows
-    tell its verbs apart by resource."""
+    tell its verbs apart by resource; and the watchers it closed for not keeping up, by resource
+    (`terminated:<resource>`)."""
     text = cluster.kubectl("get", "--raw", "/metrics").stdout
     counts = {f"verb:{verb}": 0.0 for verb in (*VERBS, "other")}
     for line in text.splitlines():
@@ -67,6 +69,8 @@ def request_counts(cluster: Cluster) -> dict[str, float]:
             if schema.startswith(PREFIX + "-"):  # its seconds in the priority level's queues, and how many
                 key = f"waited_{match[1]}:" + schema.removeprefix(PREFIX + "-")
                 counts[key] = counts.get(key, 0.0) + float(match[3])
+        elif match := _TERMINATED.match(line):  # watchers the API server closed for not keeping up
+            counts[f"terminated:{dict(_LABEL.findall(match[1])).get('resource', '')}"] = float(match[2])
         elif match := _REQUESTS.match(line):
             labels = dict(_LABEL.findall(match[1]))
             if labels.get("resource"):
