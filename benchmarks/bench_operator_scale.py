@@ -59,6 +59,7 @@ from kubecluster import (  # noqa: E402
     container_pids,
 )
 from operator_scale import probes  # noqa: E402
+from operator_scale.heartbeat import KINDS as HEARTBEAT_KINDS  # noqa: E402
 from operator_scale.heartbeat import Heartbeat  # noqa: E402
 from operator_scale.kwok import SimulatedNodes  # noqa: E402
 from operator_scale.objects import CREDENTIALS, triples  # noqa: E402
@@ -170,13 +171,13 @@ def latencies(timeline: Timeline, timeout: Callable[[str], float]) -> dict:
     return table
 
 
-def create_calls(bursts: list[dict], usage: probes.Usage, heartbeat: Heartbeat) -> list[dict]:
+def create_calls(bursts: list[dict], usage: probes.Usage, hearts: dict[str, Heartbeat]) -> list[dict]:
     """Each kind's create calls in the create phase: how many a second, the CPU of each process group meanwhile
     (where the samples, every SAMPLE_S, fall inside them), and the API server's pace on the heartbeat."""
     return [{"kind": burst["kind"], "objects": burst["objects"], "seconds": round(burst["end"] - burst["start"], 1),
              "per_second": round(burst["objects"] / max(burst["end"] - burst["start"], 1e-3), 1),
              "cpu_cores": usage.cores_between(burst["start"], burst["end"]),
-             "heartbeat": heartbeat.between(burst["start"], burst["end"])}
+             "heartbeat": {kind: heart.between(burst["start"], burst["end"]) for kind, heart in hearts.items()}}
             for burst in bursts if burst["phase"] == "create"]
 
 
@@ -230,10 +231,11 @@ def report(result: dict) -> None:
     for burst in result["create_calls"]:
         print(f"create calls of {burst['objects']} {burst['kind']}: {burst['seconds']} s ({burst['per_second']}/s), "
               f"CPU (cores) meanwhile: {burst['cpu_cores']}")
-        if beats := burst["heartbeat"]:
-            print(f"  the API server's heartbeat meanwhile ({beats['beats']} beats, p50/p99 s): write call "
-                  f"{beats['write_call']['p50']}/{beats['write_call']['p99']}, its event delivered "
-                  f"{beats['delivery']['p50']}/{beats['delivery']['p99']} after it")
+        for kind, beats in burst["heartbeat"].items():
+            if beats:
+                print(f"  the API server's heartbeat on {kind} meanwhile ({beats['beats']} beats, p50/p99 s): write "
+                      f"call {beats['write_call']['p50']}/{beats['write_call']['p99']}, its event delivered "
+                      f"{beats['delivery']['p50']}/{beats['delivery']['p99']} after it")
     if result["churn_rounds"]:
         print(f"churn rounds: {result['churn_rounds']}")
     print(f"operator peak RSS {result['peak_rss_mib']} MiB, {result['operator_restarts']} restart(s); not there in "
@@ -276,7 +278,8 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
                                                    jmx_base=7700, heap=args.ring_heap, ring_delay_ms=1000))
     ring.down(purge=True)
     ring.up(1)
-    nodes = timeline = heartbeat = None
+    nodes = timeline = None
+    hearts: dict[str, Heartbeat] = {}
     try:
         cluster.kubectl("create", "namespace", SYSTEM)
         cluster.allow_pulls(SYSTEM)
@@ -299,8 +302,9 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
         timeline = Timeline(cluster.kubeconfig, PLURALS, run_id)
         timeline.start()
         cluster.kubectl("create", "namespace", HEARTBEAT_NAMESPACE)
-        heartbeat = Heartbeat(cluster.kubeconfig, HEARTBEAT_NAMESPACE)
-        heartbeat.start()
+        hearts = {kind: Heartbeat(cluster.kubeconfig, kind, HEARTBEAT_NAMESPACE) for kind in HEARTBEAT_KINDS}
+        for heart in hearts.values():
+            heart.start()
         if args.trace_memory:
             signal_operator(cluster)  # starts tracing: the report at rest holds what the objects made
         usage = probes.Usage(process_groups(operator, nodes.pid, ring), "operator")
@@ -328,15 +332,16 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
         return {"count": args.count, "namespaces": args.namespaces, "nodes": args.nodes, "created_s": round(created_s),
                 "latencies": latencies(timeline, scenario.timeout), "create": create, "rest": rest, "churn": churn,
                 "churn_rounds": scenario.rounds, "missing": scenario.missing,
-                "create_calls": create_calls(scenario.bursts, usage, heartbeat),
+                "create_calls": create_calls(scenario.bursts, usage, hearts),
                 "peak_rss_mib": round(usage.peak_rss_mib, 1), "operator_restarts": operator.restarts(),
-                "rss_samples": usage.rss_samples, "heartbeat_beats": heartbeat.beats,
+                "rss_samples": usage.rss_samples,
+                "heartbeat_beats": {kind: heart.beats for kind, heart in hearts.items()},
                 # for a look afterwards: each object's marks (wall clock), and where the monotonic beats fall on it
                 "lives": [dataclasses.asdict(life) for life in timeline.lives.values()],
                 "wall_minus_monotonic_s": time.time() - time.monotonic(),
                 "first_status_p99_s": round(first_status_p99(timeline, scenario.timeout), 2)}
     finally:
-        for watching in (timeline, heartbeat):
+        for watching in (timeline, *hearts.values()):
             if watching is not None:
                 watching.stop()
         if nodes is not None:

@@ -1,9 +1,11 @@
-"""The API server's own pace through the run, as a reference for the operator's: a process of its own writes a
-ConfigMap every PERIOD_S and watches it, and reports how long each write call took and how late its event came back.
+"""The API server's own pace through the run, as a reference for the operator's: a process of its own writes an
+object every PERIOD_S and watches it, and reports how long each write call took and how late its event came back.
 
-When a burst's objects reach the benchmark's watchers late, this tells the two causes apart: a heartbeat late as well
-means the API server (or the cores under it) was behind with everything; a heartbeat on time means the delay was in
-that kind's own delivery (its watch cache, its watchers)."""
+Two hearts beat: a ConfigMap, and a TrainingJob's status (a condition of its own, which the operator leaves alone; the
+TrainingJob names no Split, so the operator only retries it now and then). When a burst's objects reach the
+benchmark's watchers late, they tell the causes apart: the ConfigMap late as well means the API server (or the cores
+under it) was behind with everything; only the TrainingJob late means that kind's own delivery was behind (its watch
+cache, before any watcher); neither late means the watchers of that kind read too slowly."""
 
 from __future__ import annotations
 
@@ -16,16 +18,64 @@ from pathlib import Path
 import numpy as np
 from kubernetes import client, config, watch
 
+from kubecluster import GROUP, VERSION
+
 NAME = "ringfeed-bench-heartbeat"
 PERIOD_S = 0.25
+KINDS = ("configmaps", "trainingjobs")
+BEAT_CONDITION = "BenchHeartbeat"
 
 
-def beat(kubeconfig: str, namespace: str, out: Connection) -> None:
+class ConfigMapHeart:
+    def __init__(self, api: client.ApiClient, namespace: str):
+        self._core, self._namespace = client.CoreV1Api(api), namespace
+
+    def create(self) -> str:
+        made = self._core.create_namespaced_config_map(self._namespace, {"metadata": {"name": NAME}})
+        return made.metadata.resource_version
+
+    def write(self, count: str) -> None:
+        self._core.patch_namespaced_config_map(NAME, self._namespace, {"data": {"beat": count}})
+
+    def events(self, version: str):
+        for event in watch.Watch().stream(self._core.list_namespaced_config_map, self._namespace,
+                                          resource_version=version, field_selector=f"metadata.name={NAME}",
+                                          timeout_seconds=60):
+            yield event["object"].metadata.resource_version, (event["object"].data or {}).get("beat")
+
+
+class TrainingJobHeart:
+    def __init__(self, api: client.ApiClient, namespace: str):
+        self._custom, self._namespace = client.CustomObjectsApi(api), namespace
+
+    def create(self) -> str:
+        manifest = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": NAME},
+                    "spec": {"split": {"name": f"{NAME}-absent"}, "suspend": True,
+                             "template": {"spec": {"containers": [{"name": "trainer", "image": "none"}]}}}}
+        made = self._custom.create_namespaced_custom_object(GROUP, VERSION, self._namespace, "trainingjobs", manifest)
+        return made["metadata"]["resourceVersion"]
+
+    def write(self, count: str) -> None:
+        condition = {"type": BEAT_CONDITION, "status": "True", "reason": "Beat", "message": count,
+                     "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self._custom.patch_namespaced_custom_object_status(GROUP, VERSION, self._namespace, "trainingjobs", NAME,
+                                                           {"status": {"conditions": [condition]}})
+
+    def events(self, version: str):
+        for event in watch.Watch().stream(self._custom.list_namespaced_custom_object, GROUP, VERSION,
+                                          self._namespace, "trainingjobs", resource_version=version,
+                                          field_selector=f"metadata.name={NAME}", timeout_seconds=60):
+            conditions = (event["object"].get("status") or {}).get("conditions") or ()
+            yield event["object"]["metadata"]["resourceVersion"], next(
+                (c["message"] for c in conditions if c.get("type") == BEAT_CONDITION), None)
+
+
+def beat(kubeconfig: str, kind: str, namespace: str, out: Connection) -> None:
     """A heartbeat process: sends (written at, write call seconds, delivery seconds) per beat, times monotonic."""
     configuration = client.Configuration()
     config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    core = client.CoreV1Api(client.ApiClient(configuration))
-    core.create_namespaced_config_map(namespace, {"metadata": {"name": NAME}, "data": {"beat": "0"}})
+    heart = (ConfigMapHeart if kind == "configmaps" else TrainingJobHeart)(client.ApiClient(configuration), namespace)
+    version = heart.create()
     marks: dict[str, dict[str, float]] = {}  # beat → its call's start and return and its event's arrival
     lock = threading.Lock()
 
@@ -44,31 +94,31 @@ def beat(kubeconfig: str, namespace: str, out: Connection) -> None:
         while True:
             count += 1
             started = time.monotonic()
-            core.patch_namespaced_config_map(NAME, namespace, {"data": {"beat": str(count)}})
+            heart.write(str(count))
             mark(str(count), started=started, returned=time.monotonic())
             time.sleep(max(0.0, started + PERIOD_S - time.monotonic()))
 
     threading.Thread(target=write, daemon=True).start()
-    version = core.read_namespaced_config_map(NAME, namespace).metadata.resource_version
+    last = 0
     while True:
         try:
-            for event in watch.Watch().stream(core.list_namespaced_config_map, namespace, resource_version=version,
-                                              field_selector=f"metadata.name={NAME}", timeout_seconds=60):
-                version = event["object"].metadata.resource_version
-                if event["type"] == "MODIFIED":
-                    mark(event["object"].data["beat"], arrived=time.monotonic())
-        except client.ApiException:  # expired (410 Gone): from now on
-            version = core.read_namespaced_config_map(NAME, namespace).metadata.resource_version
+            for event_version, count in heart.events(version):
+                version = event_version
+                if count is not None and int(count) > last:  # the operator's own writes repeat the last beat
+                    last = int(count)
+                    mark(count, arrived=time.monotonic())
+        except client.ApiException:  # expired (410 Gone): beats from the next on
+            version = ""
 
 
 class Heartbeat:
     """The beats received, by the time they were written (time.monotonic(), as the bursts' marks)."""
 
-    def __init__(self, kubeconfig: Path, namespace: str):
+    def __init__(self, kubeconfig: Path, kind: str, namespace: str):
         spawn = multiprocessing.get_context("spawn")
         self._receiving, sending = spawn.Pipe(duplex=False)
-        self._process = spawn.Process(target=beat, args=(str(kubeconfig), namespace, sending), daemon=True,
-                                      name="heartbeat")
+        self._process = spawn.Process(target=beat, args=(str(kubeconfig), kind, namespace, sending), daemon=True,
+                                      name=f"heartbeat-{kind}")
         self._sending = sending
         self.beats: list[tuple[float, float, float]] = []
 
