@@ -72,6 +72,7 @@ CHURN_FRACTION = 0.10
 SAMPLE_S = 2.0  # the operator's memory, read this often
 METRICS_PORT = 9090  # the chart's operator.metricsPort
 HEARTBEAT_NAMESPACE = "bench-heartbeat"
+PROFILE_S = 40
 
 
 def cluster_script(command: str) -> None:
@@ -266,6 +267,14 @@ def memory_report(cluster: Cluster, count: int) -> None:
     progress(f"memory report: {len(report)} lines in {path}")
 
 
+def profile_burst(api: client.ApiClient, args: argparse.Namespace, phase: str, kind: str) -> None:
+    """With --profile-apiserver KIND: the API server's CPU profile through that kind's create burst, in a thread."""
+    if phase == "create" and kind == args.profile_apiserver:
+        path = OUT / f"operator-scale-{args.count}.apiserver-{kind}.pprof"
+        threading.Thread(target=probes.apiserver_profile, args=(api, PROFILE_S, path), daemon=True).start()
+        progress(f"profiling the API server for {PROFILE_S} s into {path}")
+
+
 def bar(name: str, value: float, limit: float) -> bool:
     print(f"BAR {name} {value:.3f} {limit:g} {'PASS' if value <= limit else 'FAIL'}")
     return value <= limit
@@ -311,7 +320,8 @@ def run(args: argparse.Namespace, cluster: Cluster, folder: Path) -> dict:
         sampling = threading.Event()
         threading.Thread(target=sample_until, args=(usage, sampling), daemon=True).start()
         with Store(ClusterAddress(tuple(ring.hosts))) as store:
-            scenario = Scenario(api, timeline, store, ring.hosts, run_id, Cluster.image("trainer"), args.timeout_s)
+            scenario = Scenario(api, timeline, store, ring.hosts, run_id, Cluster.image("trainer"), args.timeout_s,
+                                on_burst=lambda phase, kind: profile_burst(api, args, phase, kind))
             scenario.build(triples(len(namespaces), namespaces, first=args.count), "warm-up")
             load = triples(args.count, namespaces)
             objects = 3 * (args.count + len(namespaces))
@@ -362,6 +372,9 @@ def main() -> int:
     parser.add_argument("--trace-memory", action="store_true",
                         help="trace the operator's allocations from the first object on (slower) and save its "
                              "memory report at rest: where its memory goes, not a figure for the bars")
+    parser.add_argument("--profile-apiserver", choices=PLURALS, metavar="KIND",
+                        help="save the API server's CPU profile through the create burst of this kind (datasets, "
+                             "splits, trainingjobs) beside the results")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running (make cluster-down stops it)")
     args = parser.parse_args()
     args.timeout_s = args.timeout_s or 120 + args.count

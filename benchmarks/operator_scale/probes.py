@@ -159,3 +159,13 @@ class Usage:
             return None
         (t0, cpu0), (t1, cpu1) = inside[0], inside[-1]
         return {name: round((cpu1[name] - cpu0[name]) / (t1 - t0), 3) for name in cpu1}
+
+
+def apiserver_profile(api, seconds: int, path: Path) -> None:
+    """The API server's CPU profile over the next `seconds` (its /debug/pprof, on by default) into `path`: where
+    its cores go in a burst (`go tool pprof -top <path>`)."""
+    reply = api.call_api("GET", f"{api.configuration.host}/debug/pprof/profile?seconds={seconds}",
+                         {"Authorization": api.configuration.get_api_key_with_prefix("BearerToken")},
+                         _request_timeout=seconds + 60)
+    path.write_bytes(reply.read())
+

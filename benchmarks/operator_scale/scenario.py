@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
@@ -32,7 +33,7 @@ def progress(message: str) -> None:
 
 class Scenario:
     def __init__(self, api: client.ApiClient, timeline: Timeline, store: Store, hosts: list[str], run_id: str,
-                 trainer_image: str, timeout_s: float):
+                 trainer_image: str, timeout_s: float, on_burst: Callable[[str, str], None] = lambda *_: None):
         self._custom = client.CustomObjectsApi(api)
         self._timeline, self._store, self._hosts, self._run_id = timeline, store, hosts, run_id
         self._image, self.timeout_s = trainer_image, timeout_s
@@ -40,6 +41,7 @@ class Scenario:
         self.missing: dict[str, int] = {}  # by phase/kind: objects that did not get there within timeout_s
         self.rounds: list[dict] = []
         self.bursts: list[dict] = []  # each kind's create calls: phase, kind, objects, start and end (monotonic)
+        self._on_burst = on_burst  # called with (phase, kind) as a kind's create calls begin
 
     def manifest(self, plural: str, triple: Triple) -> dict:
         if plural == "datasets":
@@ -56,6 +58,7 @@ class Scenario:
                                                                 self.manifest(plural, triple))
             self._timeline.created(plural, made, phase, started, time.time())
             return made["metadata"]["uid"]
+        self._on_burst(phase, plural)
         start = time.monotonic()
         uids = list(self._pool.map(one, triples))
         self.bursts.append({"phase": phase, "kind": plural, "objects": len(uids), "start": start,
