@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -162,10 +163,23 @@ class Usage:
 
 
 def apiserver_profile(api, seconds: int, path: Path) -> None:
-    """The API server's CPU profile over the next `seconds` (its /debug/pprof, on by default) into `path`: where
-    its cores go in a burst (`go tool pprof -top <path>`)."""
-    reply = api.call_api("GET", f"{api.configuration.host}/debug/pprof/profile?seconds={seconds}",
-                         {"Authorization": api.configuration.get_api_key_with_prefix("BearerToken")},
-                         _request_timeout=seconds + 60)
-    path.write_bytes(reply.read())
+    """The API server's CPU profile over the next `seconds` (its /debug/pprof, on by default) into `path`, with its
+    log at verbosity 1 meanwhile (its watch caches' backlog, the watchers it closes) and its goroutines a third and
+    two thirds of the way in (`<path>.goroutines-<n>`): where its cores go and what waits in a burst."""
+    def call(method: str, url: str, body: str | None = None, timeout: float = 60):
+        headers = {"Authorization": api.configuration.get_api_key_with_prefix("BearerToken"),
+                   "Content-Type": "text/plain"}
+        return api.call_api(method, f"{api.configuration.host}{url}", headers, body=body, _request_timeout=timeout)
 
+    call("PUT", "/debug/flags/v", "1")
+
+    def goroutines() -> None:
+        for index in (1, 2):
+            time.sleep(seconds / 3)
+            Path(f"{path}.goroutines-{index}").write_bytes(call("GET", "/debug/pprof/goroutine?debug=2").read())
+
+    threading.Thread(target=goroutines, daemon=True).start()
+    try:
+        path.write_bytes(call("GET", f"/debug/pprof/profile?seconds={seconds}", timeout=seconds + 60).read())
+    finally:
+        call("PUT", "/debug/flags/v", "0")
