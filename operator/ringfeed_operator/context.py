@@ -25,6 +25,7 @@ class Context:
     acceptor: AcceptorProcess | None = None  # None: no first statuses of its own (the handlers' tests)
     loads: RingLoads = dataclasses.field(default_factory=RingLoads)
     dataset_looks: dict[str, float] = dataclasses.field(default_factory=dict)  # uid → when its POLL_S timer last ran
+    dataset_recounts: dict[str, str] = dataclasses.field(default_factory=dict)  # uid → its last recount (RFC 3339)
 
     @classmethod
     def start(cls, config: Config, handler_threads: int) -> Context:

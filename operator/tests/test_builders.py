@@ -27,6 +27,7 @@ from ringfeed_operator.builders.dataset import (
     keyspace_claim,
     keyspace_in_use,
     keyspace_owner,
+    recount_status,
     refresh_due,
     ring_keyspace,
     same_tables,
@@ -292,3 +293,21 @@ def test_finished_jobs_stay_a_day():
     job = ingest_job(DATASET, "tumour_slides", "abcd1234", SETTINGS)
     assert job["spec"]["ttlSecondsAfterFinished"] == TTL_SECONDS_AFTER_FINISHED == 86400
     assert job["spec"]["backoffLimit"] == SETTINGS.backoff_limit == 2
+
+
+FIGURES = {"samples": 30, "bytes": 3000, "labels": 2, "labelCounts": [{"label": 0, "name": "a", "samples": 30}]}
+RECOUNTED = "2026-11-29T09:00:00Z"
+
+
+@pytest.mark.parametrize(("status", "forced", "writes"), [
+    ({**FIGURES, "lastRefreshTime": "2026-11-29T08:59:00Z"}, False, False),  # at rest: nothing to write
+    ({**FIGURES, "lastRefreshTime": "2026-11-29T08:59:00Z"}, True, True),  # an ingest just ended
+    ({**FIGURES, "samples": 29, "lastRefreshTime": "2026-11-29T08:59:00Z"}, False, True),  # more samples
+    ({**FIGURES, "labelCounts": [], "lastRefreshTime": "2026-11-29T08:59:00Z"}, False, True),  # labels changed
+    ({**FIGURES}, False, True),  # never recounted into status
+    ({}, False, True),  # a new Dataset
+])
+def test_a_recount_writes_status_only_when_its_figures_changed(status, forced, writes):
+    assert recount_status(status, FIGURES, RECOUNTED, forced) == (
+        {**FIGURES, "lastRefreshTime": RECOUNTED} if writes else {})
+

@@ -6,7 +6,7 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from ringfeed.ring import RingRef
 from ringfeed.schema import Column, DatasetSchema, Encoding
@@ -95,6 +95,16 @@ def stats_status(info: DatasetInfo) -> dict:
         "labelCounts": [{"label": label, "name": schema.label_name(label), "samples": count}
                         for label, count in sorted(info.label_counts.items())],
     }
+
+
+def recount_status(status: Mapping, figures: dict, now: str, forced: bool) -> dict:
+    """What a recount of the catalog writes into status: its figures and `lastRefreshTime` when the figures changed,
+    were never written, or the recount is forced (an ingest just ended); nothing when they are what status shows,
+    so that a thousand Datasets at rest cost the API server no write a minute (the recount's time stays in the
+    operator's memory then: Context.dataset_recounts)."""
+    if forced or not status.get("lastRefreshTime") or any(status.get(key) != value for key, value in figures.items()):
+        return {**figures, "lastRefreshTime": now}
+    return {}
 
 
 def ingest_summary_status(summary: dict | None) -> dict:

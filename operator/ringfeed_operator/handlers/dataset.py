@@ -39,6 +39,7 @@ from ringfeed_operator.builders.dataset import (
     keyspace_claim,
     keyspace_in_use,
     keyspace_owner,
+    recount_status,
     refresh_due,
     ring_keyspace,
     same_tables,
@@ -375,7 +376,7 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
     else:
         conditions.set("Ingesting", False, "Completed" if state == "succeeded" else "NoIngest",
                        f"Job {job} completed" if state == "succeeded" else "spec.ingest is not set")
-        refresh = _refresh_stats(name, namespace, spec, status, store, memo, patch, conditions,
+        refresh = _refresh_stats(name, namespace, spec, status, meta["uid"], store, memo, patch, conditions,
                                  force_refresh or just_finished, recorded if just_finished else None)
         if refresh != "failed":
             conditions.set("Degraded", False, "AsExpected", "")
@@ -393,11 +394,13 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
     memo.metrics.dataset_ready.labels(namespace, name).set(1 if conditions.is_true("Ready") else 0)
 
 
-def _refresh_stats(name, namespace, spec, status, store: Store, memo: Context, patch, conditions: Conditions,
-                   force: bool, finished_ingest: dict | None) -> str:
-    """Catalog figures into status when forced or older than spec.refreshInterval → done | skipped | failed."""
-    if not force and not refresh_due(status.get("lastRefreshTime"), spec.get("refreshInterval", "60s"),
-                                     dt.datetime.now(dt.UTC)):
+def _refresh_stats(name, namespace, spec, status, uid: str, store: Store, memo: Context, patch,
+                   conditions: Conditions, force: bool, finished_ingest: dict | None) -> str:
+    """Catalog figures into status when forced or older than spec.refreshInterval → done | skipped | failed. The last
+    recount is status.lastRefreshTime or, where it found nothing changed (and wrote nothing), the operator's memory
+    of it; RFC 3339 times in UTC order as strings."""
+    last = max(filter(None, (status.get("lastRefreshTime"), memo.dataset_recounts.get(uid))), default=None)
+    if not force and not refresh_due(last, spec.get("refreshInterval", "60s"), dt.datetime.now(dt.UTC)):
         return "skipped"
     try:
         with ring_errors(store.address):
@@ -406,10 +409,11 @@ def _refresh_stats(name, namespace, spec, status, store: Store, memo: Context, p
         memo.rings.forget(store)
         conditions.set("Degraded", True, "RingUnreachable", f"cannot read the catalog: {error}")
         return "failed"
-    patch.status.update(stats_status(info))
-    patch.status["lastRefreshTime"] = now_rfc3339()
+    now = now_rfc3339()
+    memo.dataset_recounts[uid] = now
+    patch.status.update(recount_status(status, stats_status(info), now, force or finished_ingest is not None))
     if finished_ingest is not None:
-        patch.status["ingest"] = {**finished_ingest, "completedAt": now_rfc3339(),
+        patch.status["ingest"] = {**finished_ingest, "completedAt": now,
                                   **ingest_summary_status(info.last_ingest)}
     memo.metrics.dataset_samples.labels(namespace, name).set(info.samples)
     memo.metrics.dataset_bytes.labels(namespace, name).set(info.bytes)
@@ -433,6 +437,7 @@ def delete(name: str, namespace: str, spec: dict, status: dict, meta: dict, body
         raise kopf.TemporaryError(f"waiting for Pod(s) {', '.join(pods)} to stop", delay=3)
     memo.metrics.forget_dataset(namespace, name)
     memo.dataset_looks.pop(meta["uid"], None)
+    memo.dataset_recounts.pop(meta["uid"], None)
     if spec.get("deletionPolicy", "Retain") != "Delete" or not status.get("keyspace"):
         return
     try:
