@@ -15,7 +15,10 @@ simulated nodes with the real node cordoned (operator_scale/kwok.py), then:
 and reports, per kind and phase, the time from the create call to the object's first status and to Ready (Running
 for a TrainingJob), p50 and p99; the operator's CPU (and that of the other processes on the same cores) and
 resident memory; its apiserver requests by verb (operator_scale/probes.py: its own FlowSchemas) and its handler
-runs, at rest and under churn. Everything goes to .state/bench/operator-scale-<count>.json. It ends with
+runs, at rest and under churn; and, as a reference for each create burst, the API server's own pace on two
+heartbeats (operator_scale/heartbeat.py: a ConfigMap and a TrainingJob written and watched every 0.25 s) and the
+watchers it closed for not keeping up. --profile-apiserver KIND adds its CPU profile, goroutines and verbosity-1
+log through that kind's burst. Everything goes to .state/bench/operator-scale-<count>.json. It ends with
 
   BAR operator_first_status_p99_s           p99 over every object created in `create` and `churn`   (≤ 5)
   BAR operator_rss_mib                      the operator's peak resident memory over the run       (≤ 512 at 3,000)
