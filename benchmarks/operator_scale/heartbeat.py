@@ -9,7 +9,6 @@ cache, before any watcher); neither late means the watchers of that kind read to
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -19,6 +18,7 @@ import numpy as np
 from kubernetes import client, config, watch
 
 from kubecluster import GROUP, VERSION
+from operator_scale.spawned import Spawned
 
 NAME = "ringfeed-bench-heartbeat"
 PERIOD_S = 0.25
@@ -115,27 +115,14 @@ class Heartbeat:
     """The beats received, by the time they were written (time.monotonic(), as the bursts' marks)."""
 
     def __init__(self, kubeconfig: Path, kind: str, namespace: str):
-        spawn = multiprocessing.get_context("spawn")
-        self._receiving, sending = spawn.Pipe(duplex=False)
-        self._process = spawn.Process(target=beat, args=(str(kubeconfig), kind, namespace, sending), daemon=True,
-                                      name=f"heartbeat-{kind}")
-        self._sending = sending
         self.beats: list[tuple[float, float, float]] = []
+        self._process = Spawned(beat, (str(kubeconfig), kind, namespace), f"heartbeat-{kind}", self.beats.append)
 
     def start(self) -> None:
         self._process.start()
-        self._sending.close()  # the child's end: held only there
-        threading.Thread(target=self._receive, daemon=True).start()
 
     def stop(self) -> None:
-        self._process.terminate()
-
-    def _receive(self) -> None:
-        try:
-            while True:
-                self.beats.append(self._receiving.recv())
-        except EOFError:
-            return
+        self._process.stop()
 
     def between(self, start: float, end: float) -> dict | None:
         """p50/p99 of the write calls and of their events' delivery for the beats written from `start` to `end`;
@@ -143,9 +130,8 @@ class Heartbeat:
         inside = [b for b in list(self.beats) if start <= b[0] <= end]
         if not inside:
             return None
-        calls, deliveries = np.array([b[1] for b in inside]), np.array([b[2] for b in inside])
-        return {"beats": len(inside),
-                "write_call": {"p50": round(float(np.percentile(calls, 50)), 3),
-                               "p99": round(float(np.percentile(calls, 99)), 3)},
-                "delivery": {"p50": round(float(np.percentile(deliveries, 50)), 3),
-                             "p99": round(float(np.percentile(deliveries, 99)), 3)}}
+
+        def spread(values: list[float]) -> dict:
+            return {f"p{q}": round(float(np.percentile(values, q)), 3) for q in (50, 99)}
+        return {"beats": len(inside), "write_call": spread([b[1] for b in inside]),
+                "delivery": spread([b[2] for b in inside])}

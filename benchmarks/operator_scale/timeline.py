@@ -1,14 +1,11 @@
 """When each benchmark object was created, first given a status, made Ready (Running for a TrainingJob) and gone:
-one watch per kind, across namespaces, on the benchmark's label. Times are this machine's clock on both sides (the
-create call's start, the watch event's arrival), so they include the apiserver's delivery, a few milliseconds.
-
-Each kind is watched from a process of its own, which notes when an event arrived: in the benchmark's process the
-watches would wait for its interpreter, busy with the create calls of a burst, and report the objects late."""
+one watch per kind, across namespaces, on the benchmark's label, each from a process of its own (spawned.py). Times
+are this machine's clock on both sides (the create call's start, the watch event's arrival), so they include the
+apiserver's delivery, a few milliseconds."""
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -17,6 +14,7 @@ from pathlib import Path
 from kubernetes import client, config, watch
 
 from kubecluster import GROUP, VERSION
+from operator_scale.spawned import Spawned
 
 LABEL = "ringfeed.io/bench"
 # What an object's events have shown so far, as bits: sent by a watching process when one is new.
@@ -99,23 +97,16 @@ class Timeline:
         self._lock = threading.Condition()
         self.lives: dict[str, Life] = {}
         self._early: dict[str, list[tuple[float, int]]] = {}  # what arrived before the create call returned
-        spawn = multiprocessing.get_context("spawn")  # not a fork of a process with threads
-        self._watchers = []
-        for plural in plurals:
-            receiving, sending = spawn.Pipe(duplex=False)
-            process = spawn.Process(target=watch_kind, args=(str(kubeconfig), plural, f"{LABEL}={run_id}", sending),
-                                    daemon=True, name=f"watch-{plural}")
-            self._watchers.append((process, receiving, sending))
+        self._watchers = [Spawned(watch_kind, (str(kubeconfig), plural, f"{LABEL}={run_id}"), f"watch-{plural}",
+                                  lambda message: self._seen(*message)) for plural in plurals]
 
     def start(self) -> None:
-        for process, receiving, sending in self._watchers:
-            process.start()
-            sending.close()  # the child's end: held only there
-            threading.Thread(target=self._receive, args=(receiving,), daemon=True).start()
+        for watcher in self._watchers:
+            watcher.start()
 
     def stop(self) -> None:
-        for process, _, _ in self._watchers:
-            process.terminate()
+        for watcher in self._watchers:
+            watcher.stop()
 
     def created(self, plural: str, obj: dict, phase: str, started: float, returned: float) -> None:
         uid = obj["metadata"]["uid"]
@@ -130,13 +121,6 @@ class Timeline:
         with self._lock:
             return next(uid for uid, life in reversed(self.lives.items())
                         if (life.kind, life.namespace, life.name) == (plural, namespace, name))
-
-    def _receive(self, receiving: Connection) -> None:
-        try:
-            while True:
-                self._seen(*receiving.recv())
-        except EOFError:  # its process ended
-            return
 
     def _seen(self, uid: str, at: float, bits: int) -> None:
         with self._lock:
