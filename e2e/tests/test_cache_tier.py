@@ -106,6 +106,12 @@ def test_the_preload_reads_every_file_into_the_tier_and_the_node_then_reads_none
     assert preload.security_context.run_as_non_root and not preload.security_context.privileged
 
     def warm():
+        # Until the container starts (the node may still be pulling the image, and retries a failed pull after a
+        # back-off, as on any cold node) it has no log to read.
+        found = cluster.core.read_namespaced_pod(pod.metadata.name, ns)
+        status = next((s for s in found.status.container_statuses or [] if s.name == "preload"), None)
+        if status is None or status.state.waiting:
+            return None
         log = cluster.core.read_namespaced_pod_log(pod.metadata.name, ns, container="preload")
         read = sum(int(n.replace(",", "")) for n in re.findall(r"^(?:preloaded|new files): ([\d,]+) files", log,
                                                                   re.MULTILINE))
