@@ -15,6 +15,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
+import urllib3
 from kubernetes import client, config, watch
 
 from kubecluster import GROUP, VERSION
@@ -94,8 +95,11 @@ def beat(kubeconfig: str, kind: str, namespace: str, out: Connection) -> None:
         while True:
             count += 1
             started = time.monotonic()
-            heart.write(str(count))
-            mark(str(count), started=started, returned=time.monotonic())
+            try:
+                heart.write(str(count))
+                mark(str(count), started=started, returned=time.monotonic())
+            except (client.ApiException, urllib3.exceptions.HTTPError):  # a beat missed, not the heart stopped
+                pass
             time.sleep(max(0.0, started + PERIOD_S - time.monotonic()))
 
     threading.Thread(target=write, daemon=True).start()
