@@ -46,9 +46,11 @@ KINDS = (Kind(DATASETS, "Dataset", "making its tables on the ring"),
          Kind(SPLITS, "Split", "its split Job starts once its Dataset is Ready"),
          Kind(TRAININGJOBS, "TrainingJob", "its ranks start once its Split is computed"),
          Kind(RINGS, "Ring", "making its Cassandra datacenter"))
-# Threads that PATCH: a burst creates tens of objects a second (60 Datasets a second in bench-operator-scale), and
-# a PATCH takes 50-500 ms on a busy API server; with 8, the offers of a burst of 300 waited up to 2.5 s for one.
-PATCHERS = 16
+# Threads that PATCH: a burst creates up to 170 objects a second (bench-operator-scale), and a PATCH takes 50-700 ms
+# on a busy API server. With 8, the offers of a burst of 300 waited up to 2.5 s for one; with 16 (~110 PATCHes a
+# second), those of 1,000 TrainingJobs made in 10 s waited up to 5 s. Each thread keeps one request in flight, so
+# on an API server at full CPU more threads also give first statuses a larger share of it than the reconciles'.
+PATCHERS = 32
 WATCH_S = 300  # a watch's length before it is started again from where it ended
 RETRY_S = (1.0, 30.0)  # after a failed list or watch: the first wait, doubled up to the last
 REQUEST_TIMEOUT_S = 30
