@@ -120,7 +120,10 @@ def lowest_priority(pids: list[int]) -> None:
     """Every thread of each process to NODE_AGENT_NICE (the threads and processes they start inherit it)."""
     for pid in pids:
         for task in (Path("/proc") / str(pid) / "task").iterdir():
-            os.setpriority(os.PRIO_PROCESS, int(task.name), NODE_AGENT_NICE)
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(task.name), NODE_AGENT_NICE)
+            except ProcessLookupError:  # a thread that ended meanwhile
+                pass
 
 
 def process_groups(operator: Operator, kwok_pid: int, ring: LocalRing) -> dict[str, list[int]]:
