@@ -2,11 +2,12 @@
 
 No ring: bench_decode's photographs (~500×375, ~100 kB), each with the box the loader would hand (``image_box``: a
 224×224 RandomResizedCrop + flip), in batches of 256 as ``Blobs``. ``ringfeed_client.decode.ImageDecoder`` decodes
-them on the GPU (nvJPEG through torchvision, then crop, resize and flip with torch, on its own stream); the reference
-is the native fused CPU decode on every core, as the sidecar's decoder threads run it. One untimed pass each, then
-rounds over every image in alternating order; each figure is the median round, the GPU's timed to the end of its
-work (synchronised). Also reports the decode's CPU time per image in this process, which is what it takes from a
-training loop. Ends with BAR gpu_decode_vs_cpu_decode (GPU images/s ÷ all cores' CPU images/s, bar ≥ 1.0).
+them on the GPU with each codec installed (``ringfeed_client.codecs``: nvJPEG through torchvision, nvImageCodec),
+then resizes and flips the batch on its own stream; the reference is the native fused CPU decode on every core, as
+the sidecar's decoder threads run it. One untimed pass each, then rounds over every image in an order that turns
+round each round; each figure is the median round, the GPU's timed to the end of its work (synchronised). Also
+reports each codec's CPU time per image in this process, which is what it takes from a training loop. Ends with
+one BAR gpu_decode_vs_cpu_decode_<codec> per codec (GPU images/s ÷ all cores' CPU images/s, bar ≥ 1.0).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bench_decode import photographs
 from ringfeed._native import decode_image, image_box
 from ringfeed.loader import RandomResizedCrop
 from ringfeed_client.batch import Blobs
+from ringfeed_client.codecs import CODECS
 from ringfeed_client.decode import ImageDecoder
 
 BAR = 1.0
@@ -60,11 +62,16 @@ def main() -> int:
     print(f"{len(images):,} photographs, {sum(map(len, images)) / len(images) / 1000:.0f} kB mean; "
           f"{torch.cuda.get_device_name()}; {os.cpu_count()} cores")
     batches = batches_of(images, args.batch)
-    decoder = ImageDecoder("cuda")
+    decoders = {}
+    for codec in CODECS:
+        try:
+            decoders[codec] = ImageDecoder("cuda", codec)
+        except (ImportError, RuntimeError) as error:  # nvImageCodec not installed, or no nvJPEG for it
+            print(f"{codec}: not measured ({error})")
     samples = [uuid.UUID(int=index) for index in range(len(images))]
     pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1)
 
-    def gpu_pass() -> tuple[float, float]:
+    def gpu_pass(decoder: ImageDecoder) -> tuple[float, float]:
         started, cpu_started = time.perf_counter(), time.process_time()
         for blobs in batches:
             decoder.decode(blobs)
@@ -78,24 +85,29 @@ def main() -> int:
                                                  sample=samples[index]), range(len(images))))
         return len(images) / (time.perf_counter() - started), 0.0
 
-    gpu_pass(), cpu_pass()  # untimed: nvJPEG's and the kernels' first use, the pool's threads
-    gpu_rates, cpu_rates, cpu_per_image = [], [], []
+    passes = {"cpu": cpu_pass} | {codec: (lambda decoder=decoder: gpu_pass(decoder))
+                                  for codec, decoder in decoders.items()}
+    for measure in passes.values():  # untimed: the codecs' and the kernels' first use, the pool's threads
+        measure()
+    rates: dict[str, list[float]] = {name: [] for name in passes}
+    cpu_per_image: dict[str, list[float]] = {name: [] for name in passes}
     for index in range(args.rounds):
-        order = (gpu_pass, cpu_pass) if index % 2 == 0 else (cpu_pass, gpu_pass)
-        for measure in order:
-            rate, cpu = measure()
-            if measure is gpu_pass:
-                gpu_rates.append(rate)
-                cpu_per_image.append(cpu)
-            else:
-                cpu_rates.append(rate)
-        print(f"round {index}: GPU {gpu_rates[-1]:,.0f} images/s, CPU ({os.cpu_count()} threads) "
-              f"{cpu_rates[-1]:,.0f} images/s", flush=True)
-    gpu, cpu = statistics.median(gpu_rates), statistics.median(cpu_rates)
-    print(f"GPU decode {gpu:,.0f} images/s, {statistics.median(cpu_per_image) * 1e3:.3f} CPU-ms per image in the "
-          f"trainer's process; CPU decode {cpu:,.0f} images/s on {os.cpu_count()} cores; corrupt {decoder.corrupt}")
-    ratio = gpu / cpu
-    print(f"BAR gpu_decode_vs_cpu_decode {ratio:.2f} {BAR} {'PASS' if ratio >= BAR else 'FAIL'}")
+        order = list(passes) if index % 2 == 0 else list(reversed(passes))
+        for name in order:
+            rate, cpu = passes[name]()
+            rates[name].append(rate)
+            cpu_per_image[name].append(cpu)
+        print(f"round {index}: " + ", ".join(f"{name} {rates[name][-1]:,.0f} images/s" for name in passes),
+              flush=True)
+    cpu = statistics.median(rates["cpu"])
+    print(f"CPU decode {cpu:,.0f} images/s on {os.cpu_count()} cores")
+    for codec, decoder in decoders.items():
+        print(f"GPU decode, {codec}: {statistics.median(rates[codec]):,.0f} images/s, "
+              f"{statistics.median(cpu_per_image[codec]) * 1e3:.3f} CPU-ms per image in the trainer's process; "
+              f"corrupt {decoder.corrupt}")
+    for codec in decoders:
+        ratio = statistics.median(rates[codec]) / cpu
+        print(f"BAR gpu_decode_vs_cpu_decode_{codec} {ratio:.2f} {BAR} {'PASS' if ratio >= BAR else 'FAIL'}")
     return 0
 
 

@@ -145,10 +145,11 @@ def handoff(host: str, source: LoaderSource, tmp: Path, rounds: int, threads: in
     return worst, copies / batches
 
 
-def train(host: str, tmp: Path, rounds: int, node_pid: int, model_name: str, decode_device: str) -> float:
+def train(host: str, tmp: Path, rounds: int, node_pid: int, model_name: str, decode_device: str,
+          codec: str) -> float:
     """Training steps/s fed by the sidecar over steps/s on one synthetic in-memory batch (median of rounds).
-    ``decode_device`` gpu: the sidecar hands the bytes with each image's crop and the trainer decodes them (nvJPEG on
-    a GPU, torchvision's CPU decoder without one) inside the timed loop.
+    ``decode_device`` gpu: the sidecar hands the bytes with each image's crop and the trainer decodes them with
+    `codec` (``ringfeed_client.codecs``: on a GPU, its CPU decoder without one) inside the timed loop.
 
     ``small``: a small CNN on decoded 64×64 batches of 64, torch on one core and the sidecar decoding on the other.
     ``resnet18`` / ``resnet50`` (a GPU machine): torchvision's model on 224×224 batches of 256, bf16 autocast,
@@ -203,7 +204,7 @@ def train(host: str, tmp: Path, rounds: int, node_pid: int, model_name: str, dec
     # sidecar (nice 19), so the ratio shows the feed's cost, not this machine's third tenant.
     for thread in Path(f"/proc/{node_pid}/task").iterdir():  # niceness is per thread on Linux
         os.setpriority(os.PRIO_PROCESS, int(thread.name), 19)
-    real = iter(tensors(_forever(sidecar.feed), device=device))
+    real = iter(tensors(_forever(sidecar.feed), device=device, codec=codec))
     synthetic = (torch.randint(0, 256, (batch, size, size, 3), dtype=torch.uint8), torch.randint(0, classes, (batch,)))
 
     def timed(batches: Callable[[], tuple], count: int) -> float:
@@ -264,7 +265,9 @@ def main() -> int:
     parser.add_argument("--images", choices=("20k", "imagenet"), default="20k",
                         help="320×240 JPEGs of ~20 kB, or ImageNet-sized photographs (~500×375, ~100 kB).")
     parser.add_argument("--decode-device", choices=("cpu", "gpu"), default="cpu",
-                        help="--train: images decoded by the sidecar (cpu) or by the trainer (gpu: nvJPEG).")
+                        help="--train: images decoded by the sidecar (cpu) or by the trainer (gpu).")
+    parser.add_argument("--codec", choices=("torchvision", "nvimgcodec"), default="torchvision",
+                        help="--decode-device gpu: the trainer's codec (ringfeed_client.codecs).")
     args = parser.parse_args()
     with dedicated_node("bench-sidecar", jmx_base=7540) as ring, tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -284,13 +287,15 @@ def main() -> int:
         print(f"{os.cpu_count()} cores; sidecar and loader with {args.threads} decode thread(s)")
         if args.train:
             name = "train_vs_synthetic" + ("" if args.model == "small" else f"_{args.model}")
-            name += "_gpu_decode" if args.decode_device == "gpu" else ""
-            bars = [(name, train(ring.hosts[0], tmp, args.rounds, ring.pid(1), args.model, args.decode_device))]
+            if args.decode_device == "gpu":
+                name += "_gpu_decode" + ("" if args.codec == "torchvision" else f"_{args.codec}")
+            bars = [(name, train(ring.hosts[0], tmp, args.rounds, ring.pid(1), args.model, args.decode_device,
+                                 args.codec))]
         else:
             ratio, copied = handoff(ring.hosts[0], source, tmp, args.rounds, args.threads)
             bars = [("sidecar_vs_inprocess", ratio)]
     for name, value in bars:
-        target = BARS[name.removesuffix("_gpu_decode")]  # the same bar whichever side decodes
+        target = BARS[name.split("_gpu_decode")[0]]  # the same bar whichever side decodes, with whichever codec
         print(f"BAR {name} {value:.3f} {target} {'PASS' if value >= target else 'FAIL'}")
     if not args.train:
         verdict = "PASS" if copied <= MAX_CLIENT_COPY_BYTES_PER_BATCH else "FAIL"

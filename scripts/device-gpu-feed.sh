@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The GPU feed's checks on the device machine (issue 32), after scripts/device-run.sh has unpacked part1-3:
-#   scripts/device-gpu-feed.sh decode   the trainer's decode on the GPU: its tests (GPU against CPU, within decoder
-#                                       tolerance), bench_gpu_decode, then bench-train with ResNet-18 decoding on the GPU
-#   scripts/device-gpu-feed.sh resnet50       bench-train with ResNet-50 decoding on the GPU
-#   scripts/device-gpu-feed.sh resnet18-cpu   ResNet-18 decoding on the CPU (the sidecar's 14 threads), the same photographs
+# The GPU feed's checks on the device machine (issue 32), after scripts/device-run.sh has unpacked part1-4:
+#   scripts/device-gpu-feed.sh decode [CODEC]    the trainer's decode on the GPU: its tests (GPU against CPU, within
+#                                                decoder tolerance, every codec), bench_gpu_decode (every codec), then
+#                                                bench-train with ResNet-18 decoding on the GPU with CODEC
+#   scripts/device-gpu-feed.sh resnet50 [CODEC]  bench-train with ResNet-50 decoding on the GPU with CODEC
+#   scripts/device-gpu-feed.sh resnet18-cpu      ResNet-18 decoding on the CPU (the sidecar's 14 threads), the same
+#                                                photographs
+# CODEC: nvimgcodec (default) or torchvision (ringfeed_client.codecs).
 # Each step has a time limit that keeps the call inside the device's 10 minutes; output goes to $OUT as well.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
@@ -15,9 +18,10 @@ step() { # name limit_s command…
     echo "== $name (at most ${limit} s)"
     timeout --signal=TERM --kill-after=10 "$limit" scripts/device-run.sh run "$@" 2>&1 | tee "$out/$name.log" | tail -40
 }
+codec=${2:-nvimgcodec}
 train() { # model decode-device limit
-    step "train-$1-$2" "$3" python3 benchmarks/bench_sidecar.py --train --model "$1" --images imagenet \
-        --jpegs 4000 --rounds 5 --decode-device "$2"
+    step "train-$1-$2-$codec" "$3" python3 benchmarks/bench_sidecar.py --train --model "$1" --images imagenet \
+        --jpegs 4000 --rounds 5 --decode-device "$2" --codec "$codec"
 }
 python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
 case ${1:-} in
@@ -32,5 +36,5 @@ case ${1:-} in
   resnet18-cpu)
     train resnet18 cpu 250
     ;;
-  *) echo "usage: $0 decode | resnet50 | resnet18-cpu" >&2; exit 2 ;;
+  *) echo "usage: $0 decode [CODEC] | resnet50 [CODEC] | resnet18-cpu" >&2; exit 2 ;;
 esac

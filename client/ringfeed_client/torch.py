@@ -21,17 +21,18 @@ import torch
 from ringfeed_client.batch import Blobs
 
 
-def tensors(batches: Iterable[tuple], device: torch.device | str | None = None) -> Iterator[tuple]:
+def tensors(batches: Iterable[tuple], device: torch.device | str | None = None,
+            codec: str = "torchvision") -> Iterator[tuple]:
     """Each batch with its numpy arrays as tensors over the same memory (``Blobs`` are passed as they are), and
-    images left to the trainer decoded on `device` (default: this process's GPU, else the CPU). An image that cannot
-    be decoded leaves the batch with its label (and UUID)."""
+    images left to the trainer decoded on `device` (default: this process's GPU, else the CPU) with `codec`
+    (``ringfeed_client.codecs``). An image that cannot be decoded leaves the batch with its label (and UUID)."""
     decoder = None
     for batch in batches:
         x = batch[0]
         if isinstance(x, Blobs) and x.boxes is not None:
             if decoder is None:
                 from ringfeed_client.decode import ImageDecoder  # torchvision, only where images are decoded here
-                decoder = ImageDecoder(device)
+                decoder = ImageDecoder(device, codec)
             images, kept = decoder.decode(x)
             rest = batch[1:] if len(kept) == len(x) else tuple(item[kept] for item in batch[1:])
             batch = (images, *rest)

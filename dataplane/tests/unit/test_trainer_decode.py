@@ -17,10 +17,13 @@ from ringfeed.loader import Decode, LoaderOptionsError
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 from ringfeed_client.batch import Blobs  # noqa: E402 (after the skip: both need torch)
+from ringfeed_client.codecs import CODECS  # noqa: E402
 from ringfeed_client.decode import ImageDecoder  # noqa: E402
+from ringfeed_client.resample import filter_weights, resize_boxes  # noqa: E402
 from ringfeed_client.torch import tensors  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+CODEC_NAMES = list(CODECS)
 # (name, decode_image/image_box keyword arguments): the training crop and both evaluation fits.
 FITS = [
     ("random", {"random_crop": IMAGENET, "seed": 11, "epoch": 3}),
@@ -47,19 +50,23 @@ def loader_decode(image: bytes, size: tuple[int, int], channels: int, sample: uu
                          dtype=np.uint8).reshape(height, width, channels)
 
 
+@pytest.mark.parametrize("codec", CODEC_NAMES)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,fit", FITS, ids=[name for name, _ in FITS])
 @pytest.mark.parametrize("size,channels", [((224, 224), 3), ((112, 160), 3), ((64, 64), 1)],
                          ids=["224-rgb", "112x160-rgb", "64-grey"])
-def test_the_trainers_decode_is_the_loaders_within_decoder_tolerance(device, name, fit, size, channels):
-    """Photographs of several sizes and qualities, both chroma subsamplings, a PNG among them."""
+def test_the_trainers_decode_is_the_loaders_within_decoder_tolerance(codec, device, name, fit, size, channels):
+    """Photographs of several sizes and qualities, both chroma subsamplings, a grey JPEG, a PNG among them, and one
+    photograph far larger than the rest (it resizes in a group of its own on a GPU)."""
     images = [encoded(photograph(500, 375, seed=0), quality=92),
               encoded(photograph(375, 500, seed=1), quality=80, subsampling=0),
               encoded(photograph(640, 427, seed=2), quality=95),
               encoded(photograph(333, 250, seed=3), "PNG"),
-              encoded(photograph(96, 72, seed=4), quality=90)]
+              encoded(photograph(96, 72, seed=4), quality=90),
+              encoded(photograph(420, 300, seed=5).mean(axis=2).astype(np.uint8), quality=90),
+              encoded(photograph(1600, 1200, seed=6), quality=85)]
     samples = SAMPLES[:len(images)]
-    images_out, kept = ImageDecoder(device).decode(blobs_of(images, size, channels, samples, **fit))
+    images_out, kept = ImageDecoder(device, codec).decode(blobs_of(images, size, channels, samples, **fit))
     assert kept.tolist() == list(range(len(images)))
     assert images_out.shape == (len(images), *size, channels) and images_out.dtype == torch.uint8
     assert images_out.device.type == device
@@ -69,6 +76,73 @@ def test_the_trainers_decode_is_the_loaders_within_decoder_tolerance(device, nam
         difference = np.abs(ours - reference)
         assert difference.mean() < 3.0, (index, difference.mean())
         assert np.percentile(difference, 99) < 32, index
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_batch_resize_is_torchs_antialiased_resize_of_each_box(seed):
+    """Random image sizes (a large one among them on odd seeds), boxes that shrink, stretch and enlarge, flips, one
+    and three channels: the batch's two matrix products give what torch's filter gives image by image."""
+    rng = np.random.default_rng(seed)
+    size = (int(rng.integers(16, 80)), int(rng.integers(16, 80)))
+    shapes = [(int(rng.integers(8, 120)), int(rng.integers(8, 120))) for _ in range(9)]
+    if seed % 2:
+        shapes.append((400, 500))
+    images, boxes, expected = [], [], []
+    for height, width in shapes:
+        image = torch.from_numpy(rng.integers(0, 256, (3, height, width), dtype=np.uint8))
+        top, left = int(rng.integers(0, height)), int(rng.integers(0, width))
+        box = [left, top, int(rng.integers(1, width - left + 1)), int(rng.integers(1, height - top + 1)),
+               int(rng.integers(0, 2))]
+        crop = image[None, :, top:top + box[3], left:left + box[2]].float()
+        reference = torch.nn.functional.interpolate(crop, size=size, mode="bilinear", antialias=True,
+                                                    align_corners=False)[0]
+        images.append(image)
+        boxes.append(box)
+        expected.append(reference.flip(-1) if box[4] else reference)
+    resized = resize_boxes(images, np.array(boxes, dtype=np.int32), size)
+    assert resized.shape == (len(images), 3, *size) and resized.dtype == torch.float32
+    assert torch.allclose(resized, torch.stack(expected), atol=1e-3)
+
+
+def test_the_batch_resize_runs_as_many_operations_for_32_images_as_for_4():
+    """What costs the training loop's thread on a GPU is a kernel launch per operation: the batch's resize must not
+    add any per image (views, which launch nothing, aside)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    views = {"aten.detach.default", "aten.view.default", "aten.slice.Tensor", "aten.unsqueeze.default",
+             "aten.expand.default", "aten.transpose.int", "aten.select.int", "aten.alias.default"}
+
+    class Operations(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += str(func) not in views
+            return func(*args, **(kwargs or {}))
+
+    counts = []
+    for batch in (4, 32):
+        rng = np.random.default_rng(batch)
+        images = [torch.from_numpy(rng.integers(0, 256, (3, int(rng.integers(300, 400)), int(rng.integers(300, 500))),
+                                                dtype=np.uint8)) for _ in range(batch)]
+        boxes = np.array([[5, 7, 200, 150, index % 2] for index in range(batch)], dtype=np.int32)
+        with Operations() as operations:
+            resize_boxes(images, boxes, (224, 224))
+        counts.append(operations.count)
+    assert counts[0] == counts[1] and counts[0] > 0
+
+
+def test_filter_weights_sum_to_one_and_stay_inside_the_box():
+    weights = filter_weights(torch.tensor([3.0, 0.0]), torch.tensor([50.0, 7.0]), 20, 64)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 20))
+    assert weights[0, :, :3].abs().sum() == 0 and weights[0, :, 53:].abs().sum() == 0
+    assert weights[1, :, 7:].abs().sum() == 0
+
+
+def test_an_unknown_codec_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="codec must be one of torchvision, nvimgcodec"):
+        ImageDecoder("cpu", "pillow")
 
 
 def test_the_box_of_a_random_crop_is_the_crop_the_loader_draws():
@@ -86,9 +160,10 @@ def test_a_flipped_box_is_mirrored():
     assert torch.equal(plain.flip(2), flipped)
 
 
+@pytest.mark.parametrize("codec", CODEC_NAMES)
 @pytest.mark.parametrize("bad", [b"\xff\xd8\xff" + bytes(500), b"\x89PNG\r\n\x1a\n" + bytes(100)],
                          ids=["jpeg-body", "png-body"])
-def test_an_image_that_cannot_be_decoded_leaves_the_batch_with_its_label_and_is_counted(bad):
+def test_an_image_that_cannot_be_decoded_leaves_the_batch_with_its_label_and_is_counted(codec, bad):
     """Its header was read (the loader boxed it), its body is broken: it goes, the others keep their order."""
     good = encoded(photograph(), quality=90)
     blobs = blobs_of([good, good, good], (32, 32), 3, SAMPLES[:3], crop=False)
@@ -96,7 +171,7 @@ def test_an_image_that_cannot_be_decoded_leaves_the_batch_with_its_label_and_is_
     blobs.spans = np.array([[0, len(good)], [len(good), len(good) + len(bad)],
                             [len(good) + len(bad), 2 * len(good) + len(bad)]], dtype=np.int64)
     labels, uuids = np.array([7, 8, 9]), np.arange(48, dtype=np.uint8).reshape(3, 16)
-    (x, y, ids), = tensors([(blobs, labels, uuids)], device="cpu")
+    (x, y, ids), = tensors([(blobs, labels, uuids)], device="cpu", codec=codec)
     assert x.shape == (2, 32, 32, 3)
     assert y.tolist() == [7, 9] and ids[:, 0].tolist() == [0, 32]
 
