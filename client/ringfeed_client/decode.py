@@ -82,7 +82,7 @@ class ImageDecoder:
         else:
             resized = self._resize_each(images, boxes[kept], (height, width))
         if channels == 1:
-            resized = (resized * torch.tensor(LUMA, device=self.device).view(1, 3, 1, 1)).sum(1, keepdim=True)
+            resized = LUMA[0] * resized[:, 0:1] + LUMA[1] * resized[:, 1:2] + LUMA[2] * resized[:, 2:3]
         return resized.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous(), kept
 
     def _resize_each(self, images: list[torch.Tensor], boxes: np.ndarray, size: tuple[int, int]) -> torch.Tensor:

@@ -35,7 +35,7 @@ def resize_boxes(images: list[torch.Tensor], boxes: np.ndarray, size: tuple[int,
     out = torch.empty((len(images), images[0].shape[0], *size), dtype=torch.float32, device=images[0].device)
     for group in groups:
         if len(group):
-            rows = torch.from_numpy(group).to(out.device)
+            rows = torch.from_numpy(group).to(out.device, non_blocking=True)
             out.index_copy_(0, rows, _resize_group([images[index] for index in group], boxes[group], size).float())
     return out
 
@@ -47,7 +47,8 @@ def _resize_group(images: list[torch.Tensor], boxes: np.ndarray, size: tuple[int
     with warnings.catch_warnings():  # torch calls its nested tensors a prototype; padding them is one kernel
         warnings.simplefilter("ignore", UserWarning)
         canvas = torch.nested.nested_tensor(images).to(dtype).to_padded_tensor(0.0)  # (n, channels, H, W)
-    boxes_on = torch.as_tensor(np.asarray(boxes, dtype=np.float32), device=device)
+    # non_blocking: from pageable memory the copy is staged at once, and the stream's queued decode is not waited for.
+    boxes_on = torch.from_numpy(np.asarray(boxes, dtype=np.float32)).to(device, non_blocking=True)
     left, top, width, height, flip = boxes_on.unbind(1)
     rows = filter_weights(top, height, size[0], canvas.shape[-2])  # (n, height, H)
     columns = filter_weights(left, width, size[1], canvas.shape[-1])  # (n, width, W)
