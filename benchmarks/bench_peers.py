@@ -97,7 +97,7 @@ class Kind:
 
 ROWS = {
     "ringfeed": Kind("Ringfeed, CPU decode"),
-    "ringfeed_gpu": Kind("Ringfeed, GPU decode (nvJPEG)", gpu=True),
+    "ringfeed_gpu": Kind("Ringfeed, GPU decode", gpu=True),
     "torchvision": Kind("torchvision ImageFolder + DataLoader"),
     "dali_cpu": Kind("DALI, CPU decoder", venv=True),
     "dali_mixed": Kind("DALI, mixed (GPU) decoder", gpu=True, venv=True, versus="ringfeed_gpu"),
@@ -488,7 +488,8 @@ class PeerRow:
 class RingfeedRow:
     """Ringfeed's loader in this process; its CPU is this process's, the node's beside it."""
 
-    def __init__(self, source: Any, node_pid: int, batch: int, threads: int, size: int, gpu: bool):
+    def __init__(self, source: Any, node_pid: int, batch: int, threads: int, size: int, gpu: bool,
+                 codec: str = "torchvision"):
         from ringfeed.loader import Decode, Loader, RandomResizedCrop
 
         decode = Decode(size, size, random_crop=RandomResizedCrop(), device="gpu" if gpu else "cpu")
@@ -496,6 +497,7 @@ class RingfeedRow:
         self.node_pid = node_pid
         self.batch = batch
         self.gpu = gpu
+        self.codec = codec
 
     @property
     def buffered(self) -> int:
@@ -508,7 +510,7 @@ class RingfeedRow:
 
         from ringfeed_client.torch import tensors
 
-        images = count_batches(tensors(self.loader))
+        images = count_batches(tensors(self.loader, codec=self.codec))
         torch.cuda.synchronize()
         return images
 
@@ -683,7 +685,8 @@ def start_rows(names: list[str], args: argparse.Namespace, data: Path, source: A
         print(f"starting {kind.label} …", flush=True)
         try:
             if name.startswith("ringfeed"):
-                rows[name] = RingfeedRow(source, node_pid, args.batch_size, args.cores, args.size, kind.gpu)
+                rows[name] = RingfeedRow(source, node_pid, args.batch_size, args.cores, args.size, kind.gpu,
+                                         args.codec)
             else:
                 python = str(peers_python) if kind.venv else sys.executable
                 row = PeerRow(name, python, data, args.batch_size, args.cores, args.size, data / f"{name}.log")
@@ -707,6 +710,8 @@ def main() -> int:
     parser.add_argument("--node-warm-up-s", type=float, default=120,
                         help="Untimed reads of stored bytes through the node first (its JIT), seconds.")
     parser.add_argument("--rows", default=",".join(ROWS), help="Comma-separated rows to run.")
+    parser.add_argument("--codec", choices=("torchvision", "nvimgcodec"), default="torchvision",
+                        help="The trainer's codec of Ringfeed's GPU row (ringfeed_client.codecs).")
     parser.add_argument("--peers-python", default=str(PEERS_PYTHON),
                         help="The Python of the peers' venv (scripts/bench-peers-venv.sh).")
     parser.add_argument("--plot", type=Path, help="Write a figure of the results there (PNG).")
