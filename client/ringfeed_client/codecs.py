@@ -80,15 +80,14 @@ class NvImageCodec:
         for item, (left, top, width, height, _) in zip(encoded, boxes.tolist(), strict=True):
             try:
                 stream = nvimgcodec.CodeStream(item)  # over the slot's bytes, no copy
+                regions.append(stream.get_sub_code_stream(
+                    region=nvimgcodec.Region(top, left, top + height, left + width)))
             except RuntimeError:  # not an image it can read
                 regions.append(None)
-                continue
-            regions.append(stream.get_sub_code_stream(
-                region=nvimgcodec.Region(top, left, top + height, left + width)))
         readable = [index for index, region in enumerate(regions) if region is not None]
         stream_handle = torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0
         images = self._decoder.decode([regions[index] for index in readable], params=self._params,
-                                      cuda_stream=stream_handle)
+                                      cuda_stream=stream_handle) if readable else []
         decoded: list[torch.Tensor | None] = [None] * len(encoded)
         for index, image in zip(readable, images, strict=True):
             if image is not None:

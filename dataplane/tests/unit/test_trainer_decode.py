@@ -176,6 +176,17 @@ def test_an_image_that_cannot_be_decoded_leaves_the_batch_with_its_label_and_is_
     assert y.tolist() == [7, 9] and ids[:, 0].tolist() == [0, 32]
 
 
+@pytest.mark.parametrize("codec", CODEC_NAMES)
+def test_a_batch_of_nothing_but_unreadable_images_is_empty_and_every_one_counted(codec):
+    good = encoded(photograph(), quality=90)
+    blobs = blobs_of([good, good], (16, 16), 3, SAMPLES[:2], crop=False)
+    blobs.data = np.frombuffer(bytearray(b"\xff\xd8\xff" + bytes(300) + b"\x89PNG" + bytes(100)), dtype=np.uint8)
+    blobs.spans = np.array([[0, 303], [303, 407]], dtype=np.int64)
+    decoder = ImageDecoder("cpu", codec)
+    images, kept = decoder.decode(blobs)
+    assert images.shape == (0, 16, 16, 3) and kept.tolist() == [] and decoder.corrupt == 2
+
+
 def test_batches_the_loader_decoded_pass_as_tensors_over_the_same_memory():
     x, y = np.zeros((2, 4, 4, 3), dtype=np.uint8), np.array([1, 2])
     (tx, ty), = tensors([(x, y)])
