@@ -488,8 +488,7 @@ class PeerRow:
 class RingfeedRow:
     """Ringfeed's loader in this process; its CPU is this process's, the node's beside it."""
 
-    def __init__(self, source: Any, node_pid: int, batch: int, threads: int, size: int, gpu: bool,
-                 codec: str = "torchvision"):
+    def __init__(self, source: Any, node_pid: int, batch: int, threads: int, size: int, gpu: bool, codec: str):
         from ringfeed.loader import Decode, Loader, RandomResizedCrop
 
         decode = Decode(size, size, random_crop=RandomResizedCrop(), device="gpu" if gpu else "cpu")

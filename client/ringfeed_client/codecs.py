@@ -101,3 +101,5 @@ class NvImageCodec:
 
 
 CODECS: dict[str, type[Codec]] = {"torchvision": TorchvisionCodec, "nvimgcodec": NvImageCodec}
+# Until a GPU measurement says nvImageCodec is faster (bench_gpu_decode.py, docs/loader.md).
+DEFAULT_CODEC = "torchvision"

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional
 
 from ringfeed_client.batch import Blobs
-from ringfeed_client.codecs import CODECS
+from ringfeed_client.codecs import CODECS, DEFAULT_CODEC
 from ringfeed_client.resample import resize_boxes
 
 log = logging.getLogger("ringfeed_client.decode")
@@ -41,7 +41,7 @@ class ImageDecoder:
     back ready for the current stream. An image that cannot be decoded is left out of the batch and counted in
     ``corrupt``, as the loader's own decode does."""
 
-    def __init__(self, device: torch.device | str | None = None, codec: str = "torchvision"):
+    def __init__(self, device: torch.device | str | None = None, codec: str = DEFAULT_CODEC):
         if codec not in CODECS:
             raise ValueError(f"codec must be one of {', '.join(CODECS)}, not {codec!r}")
         self.device = torch.device(device) if device is not None else default_device()

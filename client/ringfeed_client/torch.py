@@ -19,10 +19,11 @@ import numpy as np
 import torch
 
 from ringfeed_client.batch import Blobs
+from ringfeed_client.codecs import DEFAULT_CODEC
 
 
 def tensors(batches: Iterable[tuple], device: torch.device | str | None = None,
-            codec: str = "torchvision") -> Iterator[tuple]:
+            codec: str = DEFAULT_CODEC) -> Iterator[tuple]:
     """Each batch with its numpy arrays as tensors over the same memory (``Blobs`` are passed as they are), and
     images left to the trainer decoded on `device` (default: this process's GPU, else the CPU) with `codec`
     (``ringfeed_client.codecs``). An image that cannot be decoded leaves the batch with its label (and UUID)."""
