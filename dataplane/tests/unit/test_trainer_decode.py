@@ -80,8 +80,8 @@ def test_the_trainers_decode_is_the_loaders_within_decoder_tolerance(codec, devi
 
 @pytest.mark.parametrize("seed", range(4))
 def test_the_batch_resize_is_torchs_antialiased_resize_of_each_box(seed):
-    """Random image sizes (a large one among them on odd seeds), boxes that shrink, stretch and enlarge, flips, one
-    and three channels: the batch's two matrix products give what torch's filter gives image by image."""
+    """Random image sizes (a large one among them on odd seeds), boxes that shrink, stretch and enlarge, flips: the
+    batch's two matrix products give what torch's filter gives image by image."""
     rng = np.random.default_rng(seed)
     size = (int(rng.integers(16, 80)), int(rng.integers(16, 80)))
     shapes = [(int(rng.integers(8, 120)), int(rng.integers(8, 120))) for _ in range(9)]
