@@ -332,16 +332,18 @@ class Store:
             self.session.execute(f'GRANT SELECT ON KEYSPACE {readable} TO "{role}"')
 
     def catalog_has(self, table: str, column: str | None = None) -> bool:
-        meta = self._cluster.metadata.keyspaces.get(CATALOG_KEYSPACE)
-        return meta is not None and table in meta.tables and (column is None or column in meta.tables[table].columns)
+        """Whether the ring's catalog has ``table`` (and ``column``). Another client (the operator, an ingest) may have
+        made them since this session connected, and the driver's schema events lag under load: a miss reads the
+        ring's schema before answering."""
+        meta = self._known_table(CATALOG_KEYSPACE, table)
+        if meta is None or (column is not None and column not in meta.columns):
+            meta = self._table_from_ring(CATALOG_KEYSPACE, table)
+        return meta is not None and (column is None or column in meta.columns)
 
     def partition_key(self, keyspace: str, table: str) -> list[str] | None:
         """The partition-key columns of a table as the ring has it now (None: no such table)."""
-        self._cluster.refresh_table_metadata(keyspace, table)
-        meta = self._cluster.metadata.keyspaces.get(keyspace)
-        if meta is None or table not in meta.tables:
-            return None
-        return [column.name for column in meta.tables[table].partition_key]
+        meta = self._table_from_ring(keyspace, table)
+        return None if meta is None else [column.name for column in meta.partition_key]
 
     # -- internals ------------------------------------------------------------------------------------------------
 
@@ -350,17 +352,24 @@ class Store:
         _identity(info)
         return info
 
+    def _known_table(self, keyspace: str, table: str):
+        meta = self._cluster.metadata.keyspaces.get(keyspace)
+        return None if meta is None else meta.tables.get(table)
+
+    def _table_from_ring(self, keyspace: str, table: str):
+        if keyspace not in self._cluster.metadata.keyspaces:
+            # The driver files a table only under a keyspace it knows, and a keyspace read alone carries no tables.
+            self._cluster.refresh_keyspace_metadata(keyspace)
+        self._cluster.refresh_table_metadata(keyspace, table)
+        return self._known_table(keyspace, table)
+
     def _catalog_columns(self) -> str:
         # A catalog made before dataset identities reads as identities not made yet (ensure_catalog adds the column).
         return _CATALOG_COLUMNS + (", dataset_id" if self.catalog_has("datasets", "dataset_id") else "")
 
     def _catalog_row(self, name: str):
         if not self.catalog_has("datasets"):
-            # Another client (the operator, an ingest) may have made the catalog since this session connected; the
-            # driver's schema events can lag under load: read the keyspace's metadata once before answering.
-            self._cluster.refresh_keyspace_metadata(CATALOG_KEYSPACE)
-            if not self.catalog_has("datasets"):
-                return None
+            return None
         return self.session.execute(f"SELECT {self._catalog_columns()} FROM {CATALOG_KEYSPACE}.datasets "
                                     "WHERE name = %s", (name,)).one()
 

@@ -15,7 +15,7 @@ from ringfeed.demo import make_demo_set
 from ringfeed.errors import RingfeedError
 from ringfeed.ids import sample_uuid
 from ringfeed.ingest import ingest
-from ringfeed.schema import Column, DatasetSchema, Encoding
+from ringfeed.schema import CATALOG_KEYSPACE, Column, DatasetSchema, Encoding
 from ringfeed.splits import (
     Filter,
     SplitError,
@@ -31,6 +31,7 @@ from ringfeed.splits import (
     save_split,
 )
 from ringfeed.splits.storage import CHUNK_ROWS
+from ringfeed.store import Store
 
 RINGFEED = str(Path(sys.executable).with_name("ringfeed"))
 BY_PATIENT = SplitSpec(ratios=(7, 2, 1), group_by=("patient_id",), seed=42)
@@ -106,6 +107,35 @@ def test_create_load_and_versions(store, demo_dataset):
         load_split(store, name, "by-patient")
     assert store.session.execute("SELECT count(*) FROM ringfeed.split_chunks WHERE split_id = %s AND part = 'train' "
                                  "AND chunk = 0", (split.split_id,)).one()[0] == 0
+
+
+def _forget_keyspace(metadata) -> None:
+    metadata.keyspaces.pop(CATALOG_KEYSPACE)
+
+
+def _forget_tables(metadata) -> None:
+    metadata.keyspaces[CATALOG_KEYSPACE].tables.clear()
+
+
+def _forget_identity_columns(metadata) -> None:
+    for table in ("datasets", "splits"):
+        metadata.keyspaces[CATALOG_KEYSPACE].tables[table].columns.pop("dataset_id")
+
+
+@pytest.mark.parametrize("lag", [_forget_keyspace, _forget_tables, _forget_identity_columns],
+                         ids=["keyspace", "tables", "columns"])
+def test_a_session_whose_driver_has_not_seen_the_catalog_yet_finds_what_another_client_made(
+        cassandra_node, store, demo_dataset, lag):
+    """The operator and an ingest make datasets and splits while a trainer's or a test's session is open, and the
+    driver's schema events lag under load: the session reads the ring's schema on a miss instead of answering that
+    nothing exists. The lag is made by removing what the driver knows of the catalog, at three depths."""
+    name, _ = demo_dataset
+    made = create_split(store, name, "by-patient", BY_PATIENT)[0]
+    with Store(cassandra_node.address) as late:
+        lag(late._cluster.metadata)
+        assert late.dataset_id(name) == store.dataset_id(name)
+        assert load_split(late, name, "by-patient").content_hash == made.content_hash
+        assert [i.schema.name for i in late.datasets()] == [i.schema.name for i in store.datasets()]
 
 
 def test_million_row_split_loads_in_milliseconds(store, dataset_name):
