@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -146,10 +146,11 @@ def handoff(host: str, source: LoaderSource, tmp: Path, rounds: int, threads: in
 
 
 def train(host: str, tmp: Path, rounds: int, node_pid: int, model_name: str, decode_device: str,
-          codec: str) -> float:
+          codec: str, ahead: int) -> float:
     """Training steps/s fed by the sidecar over steps/s on one synthetic in-memory batch (median of rounds).
     ``decode_device`` gpu: the sidecar hands the bytes with each image's crop and the trainer decodes them with
-    `codec` (``ringfeed_client.codecs``: on a GPU, its CPU decoder without one) inside the timed loop.
+    `codec` (``ringfeed_client.codecs``: on a GPU, its CPU decoder without one) inside the timed loop, or on a
+    thread of its own `ahead` batches ahead of it.
 
     ``small``: a small CNN on decoded 64×64 batches of 64, torch on one core and the sidecar decoding on the other.
     ``resnet18`` / ``resnet50`` (a GPU machine): torchvision's model on 224×224 batches of 256, bf16 autocast,
@@ -204,7 +205,7 @@ def train(host: str, tmp: Path, rounds: int, node_pid: int, model_name: str, dec
     # sidecar (nice 19), so the ratio shows the feed's cost, not this machine's third tenant.
     for thread in Path(f"/proc/{node_pid}/task").iterdir():  # niceness is per thread on Linux
         os.setpriority(os.PRIO_PROCESS, int(thread.name), 19)
-    real = iter(tensors(_forever(sidecar.feed), device=device, codec=codec))
+    real = _forever(sidecar.feed, lambda feed: tensors(feed, device=device, codec=codec, ahead=ahead))
     synthetic = (torch.randint(0, 256, (batch, size, size, 3), dtype=torch.uint8), torch.randint(0, classes, (batch,)))
 
     def timed(batches: Callable[[], tuple], count: int) -> float:
@@ -249,9 +250,9 @@ def write_photographs(root: Path, count: int) -> int:
     return written
 
 
-def _forever(feed: Feed):
+def _forever(feed: Feed, epoch: Callable[[Feed], Iterable[tuple]]) -> Iterator[tuple]:
     while True:
-        yield from feed
+        yield from epoch(feed)
 
 
 def main() -> int:
@@ -268,6 +269,8 @@ def main() -> int:
                         help="--train: images decoded by the sidecar (cpu) or by the trainer (gpu).")
     parser.add_argument("--codec", choices=("torchvision", "nvimgcodec"), default="torchvision",
                         help="--decode-device gpu: the trainer's codec (ringfeed_client.codecs).")
+    parser.add_argument("--ahead", type=int, default=0,
+                        help="--decode-device gpu: batches the trainer decodes ahead of its loop, on a thread.")
     args = parser.parse_args()
     with dedicated_node("bench-sidecar", jmx_base=7540) as ring, tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -289,8 +292,9 @@ def main() -> int:
             name = "train_vs_synthetic" + ("" if args.model == "small" else f"_{args.model}")
             if args.decode_device == "gpu":
                 name += "_gpu_decode" + ("" if args.codec == "torchvision" else f"_{args.codec}")
+                name += f"_ahead{args.ahead}" if args.ahead else ""
             bars = [(name, train(ring.hosts[0], tmp, args.rounds, ring.pid(1), args.model, args.decode_device,
-                                 args.codec))]
+                                 args.codec, args.ahead))]
         else:
             ratio, copied = handoff(ring.hosts[0], source, tmp, args.rounds, args.threads)
             bars = [("sidecar_vs_inprocess", ratio)]

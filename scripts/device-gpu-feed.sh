@@ -6,7 +6,8 @@
 #   scripts/device-gpu-feed.sh resnet50 [CODEC]  bench-train with ResNet-50 decoding on the GPU with CODEC
 #   scripts/device-gpu-feed.sh resnet18-cpu      ResNet-18 decoding on the CPU (the sidecar's 14 threads), the same
 #                                                photographs
-# CODEC: nvimgcodec (default) or torchvision (ringfeed_client.codecs).
+# CODEC: nvimgcodec (default) or torchvision (ringfeed_client.codecs). AHEAD=N in the environment: the trainer
+# decodes N batches ahead of its loop, on a thread (tensors(feed, ahead=N)); 0 (default) in the loop.
 # Each step has a time limit that keeps the call inside the device's 10 minutes; output goes to $OUT as well.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
@@ -19,9 +20,10 @@ step() { # name limit_s command…
     timeout --signal=TERM --kill-after=10 "$limit" scripts/device-run.sh run "$@" 2>&1 | tee "$out/$name.log" | tail -40
 }
 codec=${2:-nvimgcodec}
+ahead=${AHEAD:-0}
 train() { # model decode-device limit
-    step "train-$1-$2-$codec" "$3" python3 benchmarks/bench_sidecar.py --train --model "$1" --images imagenet \
-        --jpegs 4000 --rounds 5 --decode-device "$2" --codec "$codec"
+    step "train-$1-$2-$codec-ahead$ahead" "$3" python3 benchmarks/bench_sidecar.py --train --model "$1" \
+        --images imagenet --jpegs 4000 --rounds 5 --decode-device "$2" --codec "$codec" --ahead "$ahead"
 }
 python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
 case ${1:-} in

@@ -51,19 +51,31 @@ class ImageDecoder:
         self.corrupt = 0
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
-    def decode(self, blobs: Blobs) -> tuple[torch.Tensor, np.ndarray]:
+    def decode(self, blobs: Blobs, *, finish: bool = False) -> tuple[torch.Tensor, np.ndarray]:
         """The batch's images as uint8 (n, height, width, channels) on the device, and the indices of the samples
-        they are (all of them, unless some could not be decoded)."""
+        they are (all of them, unless some could not be decoded).
+
+        `finish`: wait here until the device has decoded them (a thread decoding ahead of the loop: the stored
+        bytes can go back to the sidecar then, and the loop has nothing to wait for); the loop's thread calls
+        ``hand_over`` before using them."""
         if blobs.boxes is None or blobs.image is None:
             raise ValueError("these samples come without boxes: the loader decodes them itself (decode.device cpu)")
         if self._stream is None:
             return self._decode(blobs)
-        current = torch.cuda.current_stream(self.device)
         with torch.cuda.stream(self._stream):
             images, kept = self._decode(blobs)
-        current.wait_stream(self._stream)
-        images.record_stream(current)  # its memory is the side stream's: not reused before the step has read it
+        if finish:
+            self._stream.synchronize()
+        else:
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
+            self.hand_over(images)
         return images, kept
+
+    def hand_over(self, images: torch.Tensor) -> None:
+        """The images are used from now on on the calling thread's current stream: their memory, the side stream's,
+        is not reused before what that stream has queued has read them."""
+        if self._stream is not None:
+            images.record_stream(torch.cuda.current_stream(self.device))
 
     def _decode(self, blobs: Blobs) -> tuple[torch.Tensor, np.ndarray]:
         assert blobs.boxes is not None and blobs.image is not None  # checked by decode()

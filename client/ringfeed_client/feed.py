@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+import queue
 import socket
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +64,10 @@ class Feed:
         self._held: str | None = None  # the slot of the batch the trainer has now
         self._maps: dict[str, mmap.mmap] = {}
         self._done = False
+        # While batches are prepared ahead: the position after the loop's batch, and the batches left after it.
+        self._handed: dict | None = None
+        self._left: int | None = None
+        self._lock = threading.Lock()  # one request at a time on the socket (a prefetch thread and the loop)
 
     # -- what the feed is ------------------------------------------------------------------------------------------
 
@@ -95,12 +101,16 @@ class Feed:
 
     def __len__(self) -> int:
         """Batches left in the current epoch for this rank."""
+        if self._left is not None:
+            return self._left
         return self._request({"type": "length"})["batches"]
 
     # -- position ----------------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """The position after the last batch handed out (checkpoint it with the model)."""
+        if self._handed is not None:
+            return dict(self._handed)
         if self._state is None:
             self.connect()
         return dict(self._state)  # type: ignore[arg-type]
@@ -115,19 +125,64 @@ class Feed:
     # -- batches -----------------------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[tuple]:
-        while not self._done:
-            reply = self._request({"type": "next", "release": self._held})
-            self._held = None
-            if reply["type"] == "done":
-                self._done = True
-                return
-            if reply["type"] == "epoch_end":
-                return
-            self._held = reply["slot"]
-            batch = self._batch(reply)
-            self.stats.batches += 1
-            self.stats.samples += len(batch[1])
+        for batch, _ in self._batches(counted=True):
+            self._count(batch)
             yield batch
+
+    def prefetch(self, prepare: Callable[[tuple], tuple], depth: int = 1) -> Iterator[tuple]:
+        """The rest of the epoch as iterating gives it, each batch passed through `prepare` on a thread of its own,
+        up to `depth` batches ahead of the loop: the trainer's decode of the next batches overlaps the step on this
+        one. What `prepare` returns must stay valid once the next batch is asked for (the slot goes back then).
+
+        ``state_dict()`` stays the position after the batch the loop has. A loop left early (or failing) gives the
+        sidecar that position back, so the batches prepared ahead of it are served again."""
+        if depth < 1:
+            raise ValueError(f"depth is a number of batches, 1 or more, not {depth}")
+        ready: queue.Queue = queue.Queue(maxsize=depth)
+        stop = threading.Event()
+
+        def offer(item) -> bool:
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=RETRY_S)
+                    return True
+                except queue.Full:
+                    pass
+            return False
+
+        def work() -> None:
+            try:
+                for batch, state in self._batches(counted=False):
+                    if not offer((prepare(batch), state)):
+                        return
+                offer(None)
+            except BaseException as error:  # the loop raises it
+                offer(error)
+
+        handed, self._left = self.state_dict(), len(self)
+        ended = False
+        worker = threading.Thread(target=work, name="ringfeed-prefetch", daemon=True)
+        worker.start()
+        try:
+            while True:
+                started = time.perf_counter()
+                item = ready.get()
+                self.stats.wait_s += time.perf_counter() - started
+                if item is None:
+                    ended = True
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                batch, handed = item
+                self._handed, self._left = handed, self._left - 1
+                self._count(batch)
+                yield batch
+        finally:
+            stop.set()
+            worker.join()
+            self._handed = self._left = None
+            if not ended and self._state != handed:
+                self.load_state_dict(handed)
 
     def close(self) -> None:
         self._drop()
@@ -138,6 +193,23 @@ class Feed:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _batches(self, counted: bool) -> Iterator[tuple[tuple, dict]]:
+        """The rest of the epoch's batches, each with the position after it."""
+        while not self._done:
+            reply = self._request({"type": "next", "release": self._held}, counted)
+            self._held = None
+            if reply["type"] == "done":
+                self._done = True
+                return
+            if reply["type"] == "epoch_end":
+                return
+            self._held = reply["slot"]
+            yield self._batch(reply), dict(self._state)  # type: ignore[arg-type]
+
+    def _count(self, batch: tuple) -> None:
+        self.stats.batches += 1
+        self.stats.samples += len(batch[1])
 
     def _batch(self, reply: dict) -> tuple:
         buffer = self._map(reply["slot"], reply["size"])
@@ -167,28 +239,30 @@ class Feed:
 
     # -- the connection ------------------------------------------------------------------------------------------
 
-    def _request(self, message: dict | None) -> dict:
+    def _request(self, message: dict | None, counted: bool = True) -> dict:
         """Send `message` (None: only connect) and return the reply; reconnects (saying where it stands) when the
-        sidecar went away, waiting for it up to ``reconnect_s``."""
+        sidecar went away, waiting for it up to ``reconnect_s``. `counted`: the time is the loop's wait."""
         started = time.perf_counter()
         deadline = time.monotonic() + self.reconnect_s
         try:
-            while True:
-                try:
-                    sock = self._sock or self._hello()
-                    if message is None:
-                        return self._welcome
-                    send(sock, message)
-                    reply = receive(sock)
-                    break
-                except (FeedClosed, ConnectionError, FileNotFoundError) as error:
-                    self._drop()
-                    if time.monotonic() > deadline:
-                        raise FeedError(f"no loader sidecar answered on {socket_path(self.directory)} for "
-                                        f"{self.reconnect_s:.0f} s: {error}") from None
-                    time.sleep(RETRY_S)
+            with self._lock:
+                while True:
+                    try:
+                        sock = self._sock or self._hello()
+                        if message is None:
+                            return self._welcome
+                        send(sock, message)
+                        reply = receive(sock)
+                        break
+                    except (FeedClosed, ConnectionError, FileNotFoundError) as error:
+                        self._drop()
+                        if time.monotonic() > deadline:
+                            raise FeedError(f"no loader sidecar answered on {socket_path(self.directory)} for "
+                                            f"{self.reconnect_s:.0f} s: {error}") from None
+                        time.sleep(RETRY_S)
         finally:
-            self.stats.wait_s += time.perf_counter() - started
+            if counted:
+                self.stats.wait_s += time.perf_counter() - started
         if reply["type"] == "error":
             raise FeedError(reply["message"])
         if "state" in reply:

@@ -14,27 +14,79 @@ CPU as with the loader's own decode.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from ringfeed_client.batch import Blobs
 from ringfeed_client.codecs import DEFAULT_CODEC
+from ringfeed_client.feed import Feed
+
+if TYPE_CHECKING:
+    from ringfeed_client.decode import ImageDecoder
 
 
 def tensors(batches: Iterable[tuple], device: torch.device | str | None = None,
-            codec: str = DEFAULT_CODEC) -> Iterator[tuple]:
+            codec: str = DEFAULT_CODEC, ahead: int = 0) -> Iterator[tuple]:
     """Each batch with its numpy arrays as tensors over the same memory (``Blobs`` are passed as they are), and
     images left to the trainer decoded on `device` (default: this process's GPU, else the CPU) with `codec`
-    (``ringfeed_client.codecs``). An image that cannot be decoded leaves the batch with its label (and UUID)."""
-    decoder = None
+    (``ringfeed_client.codecs``). An image that cannot be decoded leaves the batch with its label (and UUID).
+
+    `ahead`: how many batches a thread of this process decodes ahead of the loop (``Feed.prefetch``), so the
+    decode's work on the CPU overlaps the training step; `batches` must be the Feed itself, whose ``state_dict()``
+    stays the position after the loop's batch. Each batch is then the thread's own copy, valid after the next one."""
+    if ahead < 0:
+        raise ValueError(f"ahead is a number of batches, 0 or more, not {ahead}")
+    convert = _Converter(device, codec)
+    if not ahead:
+        return (_as_tensors(convert(batch)) for batch in batches)
+    if not isinstance(batches, Feed):
+        raise TypeError(f"decoding ahead needs the Feed itself (its position follows the loop), not {batches!r}")
+    return _handed_over(batches.prefetch(convert.ahead, depth=ahead), convert)
+
+
+def _handed_over(batches: Iterator[tuple], convert: _Converter) -> Iterator[tuple]:
     for batch in batches:
+        convert.hand_over(batch)
+        yield _as_tensors(batch)
+
+
+class _Converter:
+    """A batch with its images decoded, where the trainer decodes them; the decoder is made on first use."""
+
+    def __init__(self, device: torch.device | str | None, codec: str):
+        self.device, self.codec = device, codec
+        self._decoder: ImageDecoder | None = None
+
+    def __call__(self, batch: tuple, finish: bool = False) -> tuple:
         x = batch[0]
-        if isinstance(x, Blobs) and x.boxes is not None:
-            if decoder is None:
-                from ringfeed_client.decode import ImageDecoder  # torchvision, only where images are decoded here
-                decoder = ImageDecoder(device, codec)
-            images, kept = decoder.decode(x)
-            rest = batch[1:] if len(kept) == len(x) else tuple(item[kept] for item in batch[1:])
-            batch = (images, *rest)
-        yield tuple(torch.from_numpy(item) if isinstance(item, np.ndarray) else item for item in batch)
+        if not (isinstance(x, Blobs) and x.boxes is not None):
+            return batch
+        if self._decoder is None:
+            from ringfeed_client.decode import ImageDecoder  # torchvision, only where images are decoded here
+            self._decoder = ImageDecoder(self.device, self.codec)
+        images, kept = self._decoder.decode(x, finish=finish)
+        rest = batch[1:] if len(kept) == len(x) else tuple(item[kept] for item in batch[1:])
+        return (images, *rest)
+
+    def ahead(self, batch: tuple) -> tuple:
+        """On the prefetch thread: decoded and finished, everything else copied out of the slot."""
+        return tuple(_owned(item) for item in self(batch, finish=True))
+
+    def hand_over(self, batch: tuple) -> None:
+        if self._decoder is not None and isinstance(batch[0], torch.Tensor):
+            self._decoder.hand_over(batch[0])
+
+
+def _owned(item):
+    if isinstance(item, np.ndarray):
+        return item.copy()
+    if isinstance(item, Blobs):
+        return Blobs(item.data.copy(), item.spans.copy(), None if item.boxes is None else item.boxes.copy(),
+                     item.image)
+    return item
+
+
+def _as_tensors(batch: tuple) -> tuple:
+    return tuple(torch.from_numpy(item) if isinstance(item, np.ndarray) else item for item in batch)

@@ -202,6 +202,16 @@ def test_stored_bytes_without_boxes_are_not_decoded():
         ImageDecoder("cpu").decode(blobs)
 
 
+@pytest.mark.parametrize("batches", [[], iter([]), (b for b in [])], ids=["list", "iterator", "generator"])
+def test_decoding_ahead_needs_the_feed_itself_and_a_count_of_batches(batches):
+    """Only the Feed can keep its position at the loop's batch while a thread runs ahead of it."""
+    with pytest.raises(TypeError, match="decoding ahead needs the Feed itself"):
+        tensors(batches, ahead=1)
+    with pytest.raises(ValueError, match="ahead is a number of batches, 0 or more, not -1"):
+        tensors(batches, ahead=-1)
+    assert list(tensors(batches, ahead=0)) == []
+
+
 def test_decode_device_is_checked_and_auto_settles_to_what_torch_sees():
     with pytest.raises(LoaderOptionsError, match="decode device must be one of cpu, gpu, auto"):
         Decode(224, 224, device="tpu")
