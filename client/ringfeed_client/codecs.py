@@ -101,5 +101,13 @@ class NvImageCodec:
 
 
 CODECS: dict[str, type[Codec]] = {"torchvision": TorchvisionCodec, "nvimgcodec": NvImageCodec}
+
+
+def codec_named(name: str) -> type[Codec]:
+    if name not in CODECS:
+        raise ValueError(f"codec must be one of {', '.join(CODECS)}, not {name!r}")
+    return CODECS[name]
+
+
 # Until a GPU measurement says nvImageCodec is faster (bench_gpu_decode.py, docs/loader.md).
 DEFAULT_CODEC = "torchvision"

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional
 
 from ringfeed_client.batch import Blobs
-from ringfeed_client.codecs import CODECS, DEFAULT_CODEC
+from ringfeed_client.codecs import DEFAULT_CODEC, codec_named
 from ringfeed_client.resample import resize_boxes
 
 log = logging.getLogger("ringfeed_client.decode")
@@ -28,32 +28,31 @@ log = logging.getLogger("ringfeed_client.decode")
 LUMA = (0.2126, 0.7152, 0.0722)
 
 
-def default_device() -> torch.device:
-    """The GPU this process trains on (torch's current CUDA device) where there is one, else the CPU."""
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+def resolve_device(device: torch.device | str | None = None) -> torch.device:
+    """`device` with its index; None: the GPU this process trains on where there is one (torch's current CUDA device,
+    which is the calling thread's: resolve it on the training loop's), else the CPU."""
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    resolved = torch.device(device)
+    return torch.device("cuda", torch.cuda.current_device()) if resolved == torch.device("cuda") else resolved
 
 
 class ImageDecoder:
-    """Decodes batches of stored images with their boxes (``Blobs.boxes``) on `device` (default: ``default_device``)
-    with `codec` (``torchvision`` or ``nvimgcodec``, ``ringfeed_client.codecs``).
+    """Decodes batches of stored images with their boxes (``Blobs.boxes``) on `device` (``resolve_device``) with
+    `codec` (``torchvision`` or ``nvimgcodec``, ``ringfeed_client.codecs``).
 
-    On a GPU the work runs on a stream of its own, so it overlaps the training step already queued; the batch comes
-    back ready for the current stream. An image that cannot be decoded is left out of the batch and counted in
-    ``corrupt``, as the loader's own decode does."""
+    On a GPU the work runs on a stream of its own, so it overlaps the training step already queued. An image that
+    cannot be decoded is left out of the batch and counted in ``corrupt``, as the loader's own decode does."""
 
     def __init__(self, device: torch.device | str | None = None, codec: str = DEFAULT_CODEC):
-        if codec not in CODECS:
-            raise ValueError(f"codec must be one of {', '.join(CODECS)}, not {codec!r}")
-        self.device = torch.device(device) if device is not None else default_device()
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        self.codec = CODECS[codec](self.device)
+        self.device = resolve_device(device)
+        self.codec = codec_named(codec)(self.device)
         self.corrupt = 0
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     def decode(self, blobs: Blobs, *, finish: bool = False) -> tuple[torch.Tensor, np.ndarray]:
         """The batch's images as uint8 (n, height, width, channels) on the device, and the indices of the samples
-        they are (all of them, unless some could not be decoded).
+        they are (all of them, unless some could not be decoded), ready for the calling thread's current stream.
 
         `finish`: wait here until the device has decoded them (a thread decoding ahead of the loop: the stored
         bytes can go back to the sidecar then, and the loop has nothing to wait for); the loop's thread calls
@@ -62,7 +61,7 @@ class ImageDecoder:
             raise ValueError("these samples come without boxes: the loader decodes them itself (decode.device cpu)")
         if self._stream is None:
             return self._decode(blobs)
-        with torch.cuda.stream(self._stream):
+        with torch.cuda.device(self.device), torch.cuda.stream(self._stream):  # this thread's device may be another
             images, kept = self._decode(blobs)
         if finish:
             self._stream.synchronize()

@@ -27,6 +27,11 @@ from ringfeed_client.protocol import (
 )
 
 RETRY_S = 0.25
+POLL_S = 0.05  # how often a prefetch thread looks whether its loop has left
+
+
+class _Stopped(Exception):
+    """A prefetch thread told to stop while it waited on the sidecar."""
 
 
 @dataclasses.dataclass
@@ -34,7 +39,8 @@ class FeedStats:
     batches: int = 0
     samples: int = 0
     wait_s: float = 0.0
-    """Time this process spent blocked on the next batch (the sidecar counts the same, per rank, in its metrics)."""
+    """Time the training loop spent blocked on the next batch (the sidecar counts its requests' time, per rank, in
+    its metrics: the same, unless a prefetch thread asks ahead of the loop)."""
 
 
 class Feed:
@@ -67,6 +73,7 @@ class Feed:
         # While batches are prepared ahead: the position after the loop's batch, and the batches left after it.
         self._handed: dict | None = None
         self._left: int | None = None
+        self._prefetching = False
         self._lock = threading.Lock()  # one request at a time on the socket (a prefetch thread and the loop)
 
     # -- what the feed is ------------------------------------------------------------------------------------------
@@ -118,6 +125,8 @@ class Feed:
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state` (from ``state_dict``, usually of a checkpoint); the sidecar checks it is a state of
         this feed's split, part, seed and world."""
+        if self._prefetching:
+            raise FeedError("this feed is being prefetched: leave that loop first")
         self._state = dict(state)
         self._done = False
         self._drop()  # the next request says hello again, with this state
@@ -125,6 +134,8 @@ class Feed:
     # -- batches -----------------------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[tuple]:
+        if self._prefetching:
+            raise FeedError("this feed is being prefetched: leave that loop first")
         for batch, _ in self._batches(counted=True):
             self._count(batch)
             yield batch
@@ -134,33 +145,44 @@ class Feed:
         up to `depth` batches ahead of the loop: the trainer's decode of the next batches overlaps the step on this
         one. What `prepare` returns must stay valid once the next batch is asked for (the slot goes back then).
 
-        ``state_dict()`` stays the position after the batch the loop has. A loop left early (or failing) gives the
-        sidecar that position back, so the batches prepared ahead of it are served again."""
+        ``state_dict()`` and ``len()`` stay those of the batch the loop has, and the sidecar keeps and reports that
+        position too (a pause waits for the loop, a restart resumes there). A loop left early (or failing) gives
+        the sidecar that position back, so the batches prepared ahead of it are served again."""
         if depth < 1:
             raise ValueError(f"depth is a number of batches, 1 or more, not {depth}")
+        if self._prefetching:
+            raise FeedError("this feed is already being prefetched: leave that loop first")
         ready: queue.Queue = queue.Queue(maxsize=depth)
         stop = threading.Event()
+        fetched = taken = 0
 
         def offer(item) -> bool:
             while not stop.is_set():
                 try:
-                    ready.put(item, timeout=RETRY_S)
+                    ready.put(item, timeout=POLL_S)
                     return True
                 except queue.Full:
                     pass
             return False
 
+        def pending() -> int:  # batches handed to this feed that the loop has not taken yet
+            return fetched - taken
+
         def work() -> None:
+            nonlocal fetched
             try:
-                for batch, state in self._batches(counted=False):
+                for batch, state in self._batches(counted=False, pending=pending, stop=stop):
+                    fetched += 1
                     if not offer((prepare(batch), state)):
                         return
                 offer(None)
+            except _Stopped:
+                pass
             except BaseException as error:  # the loop raises it
                 offer(error)
 
         handed, self._left = self.state_dict(), len(self)
-        ended = False
+        self._prefetching, ended = True, False
         worker = threading.Thread(target=work, name="ringfeed-prefetch", daemon=True)
         worker.start()
         try:
@@ -174,15 +196,22 @@ class Feed:
                 if isinstance(item, BaseException):
                     raise item
                 batch, handed = item
+                taken += 1
                 self._handed, self._left = handed, self._left - 1
                 self._count(batch)
                 yield batch
         finally:
             stop.set()
-            worker.join()
+            while worker.is_alive() and worker is not threading.current_thread():
+                if self._lock.locked():
+                    self._interrupt()  # a request the sidecar holds (a pause) or retries (a restart) ends now
+                worker.join(POLL_S)
             self._handed = self._left = None
+            self._prefetching = False
             if not ended and self._state != handed:
-                self.load_state_dict(handed)
+                self.load_state_dict(handed)  # the batches taken ahead of the loop are served again
+            elif self._welcome.get("pending"):
+                self._request({"type": "loop", "pending": 0})  # the loop has taken every batch it was handed
 
     def close(self) -> None:
         self._drop()
@@ -194,11 +223,21 @@ class Feed:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _batches(self, counted: bool) -> Iterator[tuple[tuple, dict]]:
-        """The rest of the epoch's batches, each with the position after it."""
+    def _batches(self, counted: bool, pending: Callable[[], int] | None = None,
+                 stop: threading.Event | None = None) -> Iterator[tuple[tuple, dict]]:
+        """The rest of the epoch's batches, each with the position after it. `pending`: how many batches handed
+        the loop has not taken yet, told with each request (a prefetch); `stop`: end with _Stopped when set."""
         while not self._done:
-            reply = self._request({"type": "next", "release": self._held}, counted)
+            if stop is not None and stop.is_set():
+                raise _Stopped
+            request: dict = {"type": "next", "release": self._held}
+            if pending is not None:
+                request["pending"] = pending()
+            reply = self._request(request, counted, stop)
             self._held = None
+            if reply["type"] == "wait":  # a pause holds the batches until the loop has taken those it has
+                time.sleep(POLL_S)
+                continue
             if reply["type"] == "done":
                 self._done = True
                 return
@@ -239,9 +278,10 @@ class Feed:
 
     # -- the connection ------------------------------------------------------------------------------------------
 
-    def _request(self, message: dict | None, counted: bool = True) -> dict:
+    def _request(self, message: dict | None, counted: bool = True, stop: threading.Event | None = None) -> dict:
         """Send `message` (None: only connect) and return the reply; reconnects (saying where it stands) when the
-        sidecar went away, waiting for it up to ``reconnect_s``. `counted`: the time is the loop's wait."""
+        sidecar went away, waiting for it up to ``reconnect_s``. `counted`: the time is the loop's wait; `stop`:
+        give up with _Stopped once set (a prefetch ending)."""
         started = time.perf_counter()
         deadline = time.monotonic() + self.reconnect_s
         try:
@@ -256,6 +296,8 @@ class Feed:
                         break
                     except (FeedClosed, ConnectionError, FileNotFoundError) as error:
                         self._drop()
+                        if stop is not None and stop.is_set():
+                            raise _Stopped from None
                         if time.monotonic() > deadline:
                             raise FeedError(f"no loader sidecar answered on {socket_path(self.directory)} for "
                                             f"{self.reconnect_s:.0f} s: {error}") from None
@@ -285,6 +327,15 @@ class Feed:
         self._held = None  # a new sidecar has new slots; the old mapping stays valid while views of it live
         self._done = welcome.get("done", False)
         return sock
+
+    def _interrupt(self) -> None:
+        """End a request in flight on another thread (its socket read fails at once); the next one reconnects."""
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def _drop(self) -> None:
         if self._sock is not None:

@@ -16,7 +16,13 @@ Requests (trainer → sidecar) and replies:
   position it will continue from: the given state, else where the last trainer stopped) or ``error``;
 - ``{"type": "next", "release": <slot> | null}`` → ``batch`` (slot, size, arrays, epoch, ``state`` = the position
   after this batch), ``epoch_end`` (the epoch's last batch was handed out) or ``done`` (every epoch was), or
-  ``error``.
+  ``error``;
+- a trainer that takes batches ahead of its training loop (``Feed.prefetch``) adds ``"pending": <n>`` to ``next``:
+  how many of the batches it was handed its loop has not taken yet. The sidecar keeps and reports the loop's
+  position rather than the last batch's, and while a pause holds its batches it answers ``wait`` rather than
+  holding the request, until the loop has taken them all; ``{"type": "loop", "pending": <n>}`` → ``loop`` says the
+  same without asking for a batch. A sidecar that understands ``pending`` says so in its welcome (``"pending":
+  true``).
 """
 
 from __future__ import annotations

@@ -13,18 +13,16 @@ CPU as with the loader's own decode.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from ringfeed_client.batch import Blobs
-from ringfeed_client.codecs import DEFAULT_CODEC
+from ringfeed_client.codecs import DEFAULT_CODEC, codec_named
+from ringfeed_client.decode import ImageDecoder, resolve_device
 from ringfeed_client.feed import Feed
-
-if TYPE_CHECKING:
-    from ringfeed_client.decode import ImageDecoder
 
 
 def tensors(batches: Iterable[tuple], device: torch.device | str | None = None,
@@ -38,12 +36,19 @@ def tensors(batches: Iterable[tuple], device: torch.device | str | None = None,
     stays the position after the loop's batch. Each batch is then the thread's own copy, valid after the next one."""
     if ahead < 0:
         raise ValueError(f"ahead is a number of batches, 0 or more, not {ahead}")
+    codec_named(codec)  # an unknown one is refused here rather than at the first batch to decode
     convert = _Converter(device, codec)
     if not ahead:
-        return (_as_tensors(convert(batch)) for batch in batches)
+        return _inline(batches, convert)
     if not isinstance(batches, Feed):
         raise TypeError(f"decoding ahead needs the Feed itself (its position follows the loop), not {batches!r}")
-    return _handed_over(batches.prefetch(convert.ahead, depth=ahead), convert)
+    convert.settle_device()  # here, on the loop's thread: the prefetch thread's current CUDA device is the first GPU
+    return _handed_over(batches.prefetch(convert.prepared, depth=ahead), convert)
+
+
+def _inline(batches: Iterable[tuple], convert: _Converter) -> Iterator[tuple]:
+    for batch in batches:
+        yield _as_tensors(convert(batch))
 
 
 def _handed_over(batches: Iterator[tuple], convert: _Converter) -> Iterator[tuple]:
@@ -53,30 +58,39 @@ def _handed_over(batches: Iterator[tuple], convert: _Converter) -> Iterator[tupl
 
 
 class _Converter:
-    """A batch with its images decoded, where the trainer decodes them; the decoder is made on first use."""
+    """A batch with its images decoded, where the trainer decodes them: by the process's decoder for the device and
+    codec (made on first use, kept from one epoch's call to the next)."""
 
     def __init__(self, device: torch.device | str | None, codec: str):
-        self.device, self.codec = device, codec
-        self._decoder: ImageDecoder | None = None
+        self.codec = codec
+        self.device: torch.device | str | None = device
+
+    def settle_device(self) -> torch.device:
+        """The device with its index, settled on the calling thread the first time (``resolve_device``)."""
+        if not isinstance(self.device, torch.device) or self.device.type == "cuda" and self.device.index is None:
+            self.device = resolve_device(self.device)
+        return self.device
 
     def __call__(self, batch: tuple, finish: bool = False) -> tuple:
         x = batch[0]
         if not (isinstance(x, Blobs) and x.boxes is not None):
             return batch
-        if self._decoder is None:
-            from ringfeed_client.decode import ImageDecoder  # torchvision, only where images are decoded here
-            self._decoder = ImageDecoder(self.device, self.codec)
-        images, kept = self._decoder.decode(x, finish=finish)
+        images, kept = _decoder(self.settle_device(), self.codec).decode(x, finish=finish)
         rest = batch[1:] if len(kept) == len(x) else tuple(item[kept] for item in batch[1:])
         return (images, *rest)
 
-    def ahead(self, batch: tuple) -> tuple:
+    def prepared(self, batch: tuple) -> tuple:
         """On the prefetch thread: decoded and finished, everything else copied out of the slot."""
         return tuple(_owned(item) for item in self(batch, finish=True))
 
     def hand_over(self, batch: tuple) -> None:
-        if self._decoder is not None and isinstance(batch[0], torch.Tensor):
-            self._decoder.hand_over(batch[0])
+        if isinstance(batch[0], torch.Tensor) and batch[0].is_cuda:
+            _decoder(self.settle_device(), self.codec).hand_over(batch[0])
+
+
+@functools.cache
+def _decoder(device: torch.device, codec: str) -> ImageDecoder:
+    return ImageDecoder(device, codec)
 
 
 def _owned(item):

@@ -37,7 +37,8 @@ def feed_report(server: FeedServer) -> dict:
     """One feed's part of ``/status``: its rank's position and figures."""
     report = dataclasses.asdict(server.status)
     report.update(ready=server.producer.connected.is_set(), samples_delivered=server.samples_delivered(),
-                  corrupt=server.corrupt(), missing=server.missing(), position=server.position, paused=server.holding(),
+                  corrupt=server.corrupt(), missing=server.missing(), paused=server.holding(),
+                  position=server.loop_position,  # the trainer's loop's: what a suspension or a resize keeps
                   epoch_digests=server.epoch_digests(), uptime_s=round(time.monotonic() - report.pop("started"), 3))
     return report
 

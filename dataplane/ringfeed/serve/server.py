@@ -11,7 +11,10 @@ Exactly once per epoch, across restarts:
   sidecar restart its own): a position other than the next batch's restarts the producer there;
 - a trainer that goes away (restart) gives back the batch it held: it is the next one handed out;
 - the position after the last *released* batch is kept in ``state.json`` in the feed directory (it outlives the
-  sidecar's container), where a restarted sidecar starts prefetching from.
+  sidecar's container), where a restarted sidecar starts prefetching from;
+- a trainer that decodes ahead of its loop (``Feed.prefetch``) says with each request how many of the batches it was
+  handed its loop has not taken yet (``pending``): the loop's position is the one kept, reported and given back on a
+  restart, and a pause holds it "done" only once its loop has taken every batch.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import dataclasses
 import json
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -39,6 +43,7 @@ log = logging.getLogger("ringfeed.serve")
 STATE_FILE = "state.json"
 POLL_S = 0.2  # how often a blocked producer looks whether it should stop
 REPORTED_EPOCHS = 64  # epochs whose lineage digest /status carries (ringfeed.lineage)
+MAX_PENDING = 1024  # batches a trainer may have taken ahead of its loop that the sidecar can still place
 # Failures a restart of the sidecar may cure (the kubelet restarts it; the trainer's Feed reconnects): the producer
 # ends the process on these. Any other error is the trainer's to see.
 RESTARTABLE = (RingUnavailable, RingTimeout)
@@ -204,6 +209,11 @@ class FeedServer:
         self.producer = self._start_producer(self.position)
         self.held: Batch | None = None
         self._digests: dict[int, str] = {}  # lineage digests of finished epochs, computed once
+        # The trainer's loop: batches handed that it has not taken yet (as its last request said), and the position
+        # before each of the last batches handed, to place it.
+        self.pending = 0
+        self.loop_position = self.position
+        self._handed_before: collections.deque[dict] = collections.deque(maxlen=MAX_PENDING)
 
     # -- position ----------------------------------------------------------------------------------------------------
 
@@ -300,7 +310,8 @@ class FeedServer:
     def _reposition(self, state: dict) -> None:
         self.producer.stop()
         self._counted = {"corrupt": self.corrupt(), "missing": self.missing(), "retries": self.retries()}
-        self.position = state
+        self.position = self.loop_position = state
+        self._handed_before.clear()
         self.producer = self._start_producer(state)
 
     @staticmethod
@@ -332,7 +343,7 @@ class FeedServer:
             while True:
                 request = receive(connection)
                 started = time.perf_counter()
-                reply = self._answer(request)
+                reply = self._answer(request, connection)
                 send(connection, reply)
                 if request["type"] == "next":
                     self.status.trainer_wait_s += time.perf_counter() - started
@@ -343,16 +354,23 @@ class FeedServer:
             if self.held is not None:  # the trainer went away with it: hand it out again
                 self.producer.give_back(self.held)
                 self.position = self.held.state_before
-                self._record_position(self.position)
                 self.held = None
+            if self.pending and not same_position(self.loop_position, self.position):
+                self._reposition(self.loop_position)  # and the batches its loop had not taken
+            self.pending, self.loop_position = 0, self.position
+            self._record_position(self.position)
 
-    def _answer(self, request: dict) -> dict:
+    def _answer(self, request: dict, connection: socket.socket) -> dict:
         kind = request.get("type")
         try:
             if kind == "hello":
                 return self._hello(request)
             if kind == "next":
-                return self._next(request.get("release"))
+                return self._next(request.get("release"), request.get("pending"), connection)
+            if kind == "loop":
+                with self._handing:
+                    self._place_loop(int(request["pending"]))
+                return {"type": "loop"}
             if kind == "length":
                 return {"type": "length", "batches": self._batches_left()}
         except RingfeedError as error:
@@ -374,22 +392,43 @@ class FeedServer:
                    "done": self.position["epoch"] >= self.epochs}
         if (decode := options.trainer_decode) is not None:
             welcome["image"] = [decode.height, decode.width, decode.channels]  # the trainer decodes to this shape
+        welcome["pending"] = True  # it places a trainer's loop from `pending` (a sidecar of 0.1.0 does not)
         return welcome
 
-    def _next(self, release: str | None) -> dict:
+    def _next(self, release: str | None, pending: int | None, connection: socket.socket) -> dict:
+        """`pending`: how many of the batches handed to this trainer its loop has not taken yet (None: a trainer
+        whose loop takes each batch as it is handed). A trainer that goes away while a pause holds its request is
+        let go at once (FeedClosed), so the next one is answered."""
+        with self._handing:
+            if self.held is not None and self.held.slot == release:
+                self.slots.give_back(self.held.slot)
+            self.held = None  # a release of another sidecar's slot (before a restart) is nothing to free here
+            self._place_loop(pending or 0)
         while True:
             with self._handing:
                 if not self.holding():
                     self.status.trainer_held = False
-                    return self._hand_out(release)
+                    return self._hand_out(ahead=pending is not None)
+                if pending:  # its loop still trains on batches it was handed: not done with them yet
+                    self.status.trainer_held = False
+                    return {"type": "wait"}
                 self.status.trainer_held = True
             time.sleep(POLL_S)  # paused: the trainer waits until its Pod is stopped
+            if _hung_up(connection):
+                raise FeedClosed("the trainer went away while its request was held")
 
-    def _hand_out(self, release: str | None) -> dict:
-        if self.held is not None and self.held.slot == release:
-            self.slots.give_back(self.held.slot)
-            self._save_position(self.held.state_after)
-        self.held = None  # a release of another sidecar's slot (before a restart) is nothing to free here
+    def _place_loop(self, pending: int) -> None:
+        """The trainer's loop has taken all but the last `pending` batches handed: its position is kept (a
+        restarted sidecar starts there) and reported."""
+        pending = min(pending, len(self._handed_before))
+        position = self._handed_before[-pending] if pending else self.position
+        if not same_position(position, self.loop_position) or not pending:
+            self._save_position(position)
+        self.pending, self.loop_position = pending, position
+        self._record_position(position)
+
+    def _hand_out(self, ahead: bool) -> dict:
+        """The next item; `ahead`: the trainer takes batches ahead of its loop, whose position stays."""
         self.status.trainer_asked += 1
         self.status.trainer_found_ready += bool(self.producer.items)
         item = self.producer.next_item()
@@ -397,12 +436,15 @@ class FeedServer:
             self.status.error = item.message
             return {"type": "error", "message": item.message}
         self.position = item.state_after
-        self._record_position(self.position)
+        if not ahead:
+            self.loop_position = self.position
+            self._record_position(self.position)
         if isinstance(item, Done):
             return {"type": "done", "state": self.position}
         if isinstance(item, EpochEnd):
             return {"type": "epoch_end", "state": self.position}
         self.held = item
+        self._handed_before.append(item.state_before)
         self.status.batches_served += 1
         self.status.samples_served += item.samples
         self.status.bytes_served += item.size
@@ -414,6 +456,19 @@ class FeedServer:
         if self.position["epoch"] >= self.epochs:
             return 0
         return plan.batch_count(self.position["offset"])
+
+
+def _hung_up(connection: socket.socket) -> bool:
+    """Whether the trainer closed its end (a read would find the end of the stream); a request of it waiting to be
+    read is no hang-up."""
+    if not select.select([connection], [], [], 0)[0]:
+        return False
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def wait_for_socket(directory: Path, timeout_s: float = 30) -> None:

@@ -1,16 +1,23 @@
 """Decoding ahead of the training loop (``tensors(feed, ahead=N)``, ``Feed.prefetch``) against a real sidecar: the
 same batches in the same order as decoding in the loop, each still valid after the next, and the feed's position
 that of the loop's batch, so a loop left early, a checkpoint taken mid-epoch or a failing decode loses and repeats
-nothing. The trainer's decode runs on the CPU here; a GPU run takes the same path with a CUDA stream."""
+nothing; the sidecar keeps the loop's position too (a pause waits for the loop, a killed trainer's successor starts
+where its loop was). The trainer's decode runs on the CPU here; a GPU run takes the same path with a CUDA
+stream."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 import test_serve
-from test_serve import epoch, train_uuids, uuids_of
+from test_serve import BATCH, epoch, train_uuids, uuids_of
 
 from ringfeed_client import Feed
 
@@ -104,3 +111,125 @@ def test_a_failing_decode_reaches_the_loop_and_the_batches_after_the_last_handed
             handed.append(batch)
     assert len(handed) == 3 and uuids_of(handed) == uuids_of(expected[:3])
     assert uuids_of(handed) + uuids_of(epoch(feed)) == uuids_of(expected)
+
+
+def at(position: dict) -> tuple[int, int]:
+    return position["epoch"], position["offset"]
+
+
+def test_the_sidecar_keeps_and_reports_the_loops_position_not_the_threads(slides, sidecars):
+    """What the operator keeps over a suspension or a resize (``/status``' position) and where a restarted sidecar
+    starts (state.json) is the loop's position, never ahead of it, though the thread has taken batches beyond."""
+    sidecar = sidecars(*DEFERRED)
+    feed = Feed(sidecar.directory, with_uuids=True)
+    seen = []
+    for _ in tensors(feed, device="cpu", ahead=3):
+        time.sleep(0.05)  # a training step: the thread runs ahead meanwhile
+        report = sidecar.report()
+        saved = json.loads((sidecar.feeds[0] / "state.json").read_text())
+        seen.append((at(feed.state_dict()), at(report["position"]), (report["epoch"], report["offset"]), at(saved),
+                     report["batches_served"] - feed.stats.batches))
+    assert all(reported <= loop and status <= loop and saved <= loop for loop, reported, status, saved, _ in seen)
+    assert max(ahead for *_, ahead in seen) >= 2  # the thread was ahead of the loop: the case was there
+    report = sidecar.report()
+    assert at(report["position"]) == (report["epoch"], report["offset"]) == at(feed.state_dict()) == (1, 0)
+
+
+def test_a_pause_at_a_position_holds_the_trainer_done_only_once_its_loop_has_taken_every_batch(slides, sidecars,
+                                                                                               tmp_path):
+    """A resize's barrier with a trainer decoding ahead: the operator sees `trainer_held` (and moves the job on)
+    only when the loop itself has taken the batches up to the position, not when the thread asks beyond them."""
+    (tmp_path / "token").write_text("s3cret-token")
+    flags = (*DEFERRED, "--rank", "0", "--world-size", "2")
+    expected = epoch(Feed(sidecars(*flags).directory, with_uuids=True))
+    sidecar = sidecars(*flags, "--control-token-file", str(tmp_path / "token"))
+    feed = Feed(sidecar.directory, with_uuids=True)
+    taken: list[np.ndarray] = []
+
+    def train() -> None:
+        for _, _, uuids in tensors(feed, device="cpu", ahead=3):
+            taken.append(uuids.numpy())
+            time.sleep(0.1)  # the step on it
+
+    trainer = threading.Thread(target=train, daemon=True)  # a failed test must not keep the session
+    trainer.start()
+    while not taken:
+        time.sleep(0.01)
+    assert sidecar.post("/pause", "s3cret-token")[0] == 200  # frozen first, as the operator does
+    target = 10
+    assert sidecar.post("/pause", "s3cret-token", {"epoch": 0, "offset": target * BATCH * 2})[0] == 200
+    deadline, behind = time.monotonic() + 60, 0
+    while not (report := sidecar.report())["trainer_held"]:
+        behind = max(behind, report["batches_served"] - len(taken))
+        assert time.monotonic() < deadline, report
+        time.sleep(0.02)
+    assert len(taken) == target and at(report["position"]) == (0, target * BATCH * 2)
+    assert behind >= 2  # the thread had asked beyond the loop while the loop went on to the position
+    assert sidecar.post("/resume", "s3cret-token")[0] == 200
+    trainer.join(timeout=60)
+    assert not trainer.is_alive()
+    assert uuids_of([(None, None, u) for u in taken]) == uuids_of(expected)
+
+
+TRAINER = """
+import sys, time
+from ringfeed_client import Feed
+from ringfeed_client.torch import tensors
+
+for _, _, uuids in tensors(Feed(sys.argv[1], with_uuids=True), device="cpu", ahead=3):
+    print(uuids.numpy().tobytes().hex(), flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_a_trainer_killed_while_its_thread_was_ahead_loses_no_batch_to_the_next_one(slides, sidecars):
+    """No checkpoint: the next trainer of the Pod starts where the sidecar placed the killed one's loop. At most the
+    batches the loop took since its thread last asked (the thread's queue and one more) are served again."""
+    sidecar = sidecars(*DEFERRED)
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(sidecar.directory)], stdout=subprocess.PIPE,
+                               text=True)
+    assert trainer.stdout is not None
+    lines = [trainer.stdout.readline() for _ in range(5)]
+    trainer.kill()
+    lines += trainer.stdout.readlines()
+    trainer.wait()
+    trained = [bytes.fromhex(line.strip()) for line in lines if line.strip()]
+    trained_uuids = [batch[i:i + 16] for batch in trained for i in range(0, len(batch), 16)]
+    rest = uuids_of(epoch(Feed(sidecar.directory, with_uuids=True)))
+    assert set(trained_uuids) | set(rest) == set(train_uuids(slides))  # nothing lost
+    assert len(set(trained_uuids) & set(rest)) <= (3 + 1) * BATCH
+
+
+def test_a_loop_left_while_the_sidecar_holds_its_thread_ends_at_once_and_resumes_after(slides, sidecars, tmp_path):
+    """Paused (a suspension coming), the thread's request waits in the sidecar: a signal that ends the training
+    loop (SIGTERM's handler, Ctrl-C) does not wait for the pause to end, and the feed stays at the loop's batch."""
+    (tmp_path / "token").write_text("s3cret-token")
+    expected, expected_states = trained(Feed(sidecars(*DEFERRED).directory, with_uuids=True), ahead=0)
+    sidecar = sidecars(*DEFERRED, "--control-token-file", str(tmp_path / "token"))
+    feed = Feed(sidecar.directory, with_uuids=True)
+    loop = tensors(feed, device="cpu", ahead=2)
+    taken = [tuple(t.numpy() for t in next(loop))]
+    assert sidecar.post("/pause", "s3cret-token")[0] == 200
+
+    class Leave(Exception):
+        pass
+
+    def leave(*_) -> None:
+        raise Leave
+
+    previous = signal.signal(signal.SIGALRM, leave)
+    signal.setitimer(signal.ITIMER_REAL, 2.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(Leave):
+            for x, y, uuids in loop:
+                taken.append((x.numpy(), y.numpy(), uuids.numpy()))
+        loop.close()  # type: ignore[attr-defined]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - started < 10
+    assert feed.state_dict() == expected_states[len(taken) - 1]
+    assert sidecar.post("/resume", "s3cret-token")[0] == 200
+    rest, _ = trained(feed, ahead=2)
+    assert same(taken + rest, expected)
