@@ -11,11 +11,13 @@ import dataclasses
 import datetime as dt
 import functools
 import json
+import logging
 import os
 import ssl
 import time
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +33,11 @@ from ringfeed.errors import (
 )
 from ringfeed.schema import CATALOG_KEYSPACE, CATALOG_TABLES, METADATA_BY_NAT, DatasetSchema, catalog_ddl
 from ringfeed.table import ColumnarTable, scan_table
+
+if TYPE_CHECKING:
+    from cassandra.metadata import TableMetadata
+
+log = logging.getLogger("ringfeed.store")
 
 
 class DatasetNeedsMigration(RingfeedError):
@@ -352,15 +359,22 @@ class Store:
         _identity(info)
         return info
 
-    def _known_table(self, keyspace: str, table: str):
+    def _known_table(self, keyspace: str, table: str) -> TableMetadata | None:
         meta = self._cluster.metadata.keyspaces.get(keyspace)
         return None if meta is None else meta.tables.get(table)
 
-    def _table_from_ring(self, keyspace: str, table: str):
-        if keyspace not in self._cluster.metadata.keyspaces:
-            # The driver files a table only under a keyspace it knows, and a keyspace read alone carries no tables.
-            self._cluster.refresh_keyspace_metadata(keyspace)
-        self._cluster.refresh_table_metadata(keyspace, table)
+    def _table_from_ring(self, keyspace: str, table: str) -> TableMetadata | None:
+        """The table as the driver's control node has it now: no wait for the ring's schema agreement (the answer
+        is read, not acted on by DDL), and what the driver knew when that node cannot be read."""
+        from cassandra import DriverException
+
+        try:
+            if keyspace not in self._cluster.metadata.keyspaces:
+                # The driver files a table only under a keyspace it knows; a keyspace read alone carries no tables.
+                self._cluster.refresh_keyspace_metadata(keyspace, max_schema_agreement_wait=0)
+            self._cluster.refresh_table_metadata(keyspace, table, max_schema_agreement_wait=0)
+        except DriverException as error:
+            log.warning("could not read %s.%s's schema from the ring: %s", keyspace, table, error)
         return self._known_table(keyspace, table)
 
     def _catalog_columns(self) -> str:
