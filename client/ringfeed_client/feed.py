@@ -210,8 +210,8 @@ class Feed:
             self._prefetching = False
             if not ended and self._state != handed:
                 self.load_state_dict(handed)  # the batches taken ahead of the loop are served again
-            elif self._welcome.get("pending"):
-                self._request({"type": "loop", "pending": 0})  # the loop has taken every batch it was handed
+            else:
+                self._tell_loop_caught_up()
 
     def close(self) -> None:
         self._drop()
@@ -327,6 +327,18 @@ class Feed:
         self._held = None  # a new sidecar has new slots; the old mapping stays valid while views of it live
         self._done = welcome.get("done", False)
         return sock
+
+    def _tell_loop_caught_up(self) -> None:
+        """The loop has taken every batch handed: the sidecar places it at its own position. Only on a live
+        connection (a sidecar reached anew learns it from the hello), so a loop that ends never waits for it."""
+        if self._sock is None or not self._welcome.get("pending"):
+            return
+        try:
+            with self._lock:
+                send(self._sock, {"type": "loop", "pending": 0})
+                receive(self._sock)
+        except (FeedClosed, ConnectionError):
+            self._drop()
 
     def _interrupt(self) -> None:
         """End a request in flight on another thread (its socket read fails at once); the next one reconnects."""
