@@ -125,8 +125,7 @@ class Feed:
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state` (from ``state_dict``, usually of a checkpoint); the sidecar checks it is a state of
         this feed's split, part, seed and world."""
-        if self._prefetching:
-            raise FeedError("this feed is being prefetched: leave that loop first")
+        self._refuse_while_prefetching()
         self._state = dict(state)
         self._done = False
         self._drop()  # the next request says hello again, with this state
@@ -134,8 +133,7 @@ class Feed:
     # -- batches -----------------------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[tuple]:
-        if self._prefetching:
-            raise FeedError("this feed is being prefetched: leave that loop first")
+        self._refuse_while_prefetching()
         for batch, _ in self._batches(counted=True):
             self._count(batch)
             yield batch
@@ -150,8 +148,7 @@ class Feed:
         the sidecar that position back, so the batches prepared ahead of it are served again."""
         if depth < 1:
             raise ValueError(f"depth is a number of batches, 1 or more, not {depth}")
-        if self._prefetching:
-            raise FeedError("this feed is already being prefetched: leave that loop first")
+        self._refuse_while_prefetching()
         ready: queue.Queue = queue.Queue(maxsize=depth)
         stop = threading.Event()
         fetched = taken = 0
@@ -245,6 +242,10 @@ class Feed:
                 return
             self._held = reply["slot"]
             yield self._batch(reply), dict(self._state)  # type: ignore[arg-type]
+
+    def _refuse_while_prefetching(self) -> None:
+        if self._prefetching:
+            raise FeedError("this feed is being prefetched: leave that loop first")
 
     def _count(self, batch: tuple) -> None:
         self.stats.batches += 1

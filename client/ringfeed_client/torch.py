@@ -63,13 +63,14 @@ class _Converter:
 
     def __init__(self, device: torch.device | str | None, codec: str):
         self.codec = codec
-        self.device: torch.device | str | None = device
+        self.device = device
+        self._settled: torch.device | None = None
 
     def settle_device(self) -> torch.device:
         """The device with its index, settled on the calling thread the first time (``resolve_device``)."""
-        if not isinstance(self.device, torch.device) or self.device.type == "cuda" and self.device.index is None:
-            self.device = resolve_device(self.device)
-        return self.device
+        if self._settled is None:
+            self._settled = resolve_device(self.device)
+        return self._settled
 
     def __call__(self, batch: tuple, finish: bool = False) -> tuple:
         x = batch[0]

@@ -422,8 +422,7 @@ class FeedServer:
         restarted sidecar starts there) and reported."""
         pending = min(pending, len(self._handed_before))
         position = self._handed_before[-pending] if pending else self.position
-        if not same_position(position, self.loop_position) or not pending:
-            self._save_position(position)
+        self._save_position(position)
         self.pending, self.loop_position = pending, position
         self._record_position(position)
 
