@@ -73,7 +73,8 @@ class Feed:
         # While batches are prepared ahead: the position after the loop's batch, and the batches left after it.
         self._handed: dict | None = None
         self._left: int | None = None
-        self._prefetching = False
+        self._prefetching = False  # a loop over a prefetch is running
+        self._ahead: _Prefetch | None = None  # its thread, which may have gone on past the loop's epoch
         self._lock = threading.Lock()  # one request at a time on the socket (a prefetch thread and the loop)
 
     # -- what the feed is ------------------------------------------------------------------------------------------
@@ -126,6 +127,10 @@ class Feed:
         """Continue from `state` (from ``state_dict``, usually of a checkpoint); the sidecar checks it is a state of
         this feed's split, part, seed and world."""
         self._refuse_while_prefetching()
+        self._stop_prefetch(rewind=False)
+        self._reposition(state)
+
+    def _reposition(self, state: dict) -> None:
         self._state = dict(state)
         self._done = False
         self._drop()  # the next request says hello again, with this state
@@ -134,6 +139,7 @@ class Feed:
 
     def __iter__(self) -> Iterator[tuple]:
         self._refuse_while_prefetching()
+        self._stop_prefetch()
         for batch, _ in self._batches(counted=True):
             self._count(batch)
             yield batch
@@ -145,72 +151,31 @@ class Feed:
 
         ``state_dict()`` and ``len()`` stay those of the batch the loop has, and the sidecar keeps and reports that
         position too (a pause waits for the loop, a restart resumes there). A loop left early (or failing) gives
-        the sidecar that position back, so the batches prepared ahead of it are served again."""
+        the sidecar that position back, so the batches prepared ahead of it are served again.
+
+        At the epoch's end the thread goes on into the next epoch, so its first batches are ready when the loop
+        comes back: the next call with the same `prepare` (==) and `depth` continues from them. Anything else the
+        feed is asked to do first (iterating it, another prefetch, ``load_state_dict``, ``close``) stops the thread
+        and gives the sidecar the loop's position back."""
         if depth < 1:
             raise ValueError(f"depth is a number of batches, 1 or more, not {depth}")
         self._refuse_while_prefetching()
-        ready: queue.Queue = queue.Queue(maxsize=depth)
-        stop = threading.Event()
-        fetched = taken = 0
-
-        def offer(item) -> bool:
-            while not stop.is_set():
-                try:
-                    ready.put(item, timeout=POLL_S)
-                    return True
-                except queue.Full:
-                    pass
-            return False
-
-        def pending() -> int:  # batches handed to this feed that the loop has not taken yet
-            return fetched - taken
-
-        def work() -> None:
-            nonlocal fetched
-            try:
-                for batch, state in self._batches(counted=False, pending=pending, stop=stop):
-                    fetched += 1
-                    if not offer((prepare(batch), state)):
-                        return
-                offer(None)
-            except _Stopped:
-                pass
-            except BaseException as error:  # the loop raises it
-                offer(error)
-
-        handed, self._left = self.state_dict(), len(self)
+        ahead = self._ahead
+        if ahead is None or not ahead.serves(prepare, depth):
+            self._stop_prefetch()
+            self._handed, self._left = self.state_dict(), len(self)
+            ahead = self._ahead = _Prefetch(self, prepare, depth)
         self._prefetching, ended = True, False
-        worker = threading.Thread(target=work, name="ringfeed-prefetch", daemon=True)
-        worker.start()
         try:
-            while True:
-                started = time.perf_counter()
-                item = ready.get()
-                self.stats.wait_s += time.perf_counter() - started
-                if item is None:
-                    ended = True
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                batch, handed = item
-                taken += 1
-                self._handed, self._left = handed, self._left - 1
-                self._count(batch)
-                yield batch
+            yield from ahead.epoch()
+            ended = True
         finally:
-            stop.set()
-            while worker.is_alive() and worker is not threading.current_thread():
-                if self._lock.locked():
-                    self._interrupt()  # a request the sidecar holds (a pause) or retries (a restart) ends now
-                worker.join(POLL_S)
-            self._handed = self._left = None
             self._prefetching = False
-            if not ended and self._state != handed:
-                self.load_state_dict(handed)  # the batches taken ahead of the loop are served again
-            else:
-                self._tell_loop_caught_up()
+            if not ended:
+                self._stop_prefetch()
 
     def close(self) -> None:
+        self._stop_prefetch(rewind=False)
         self._drop()
         self._maps.clear()
 
@@ -242,6 +207,21 @@ class Feed:
                 return
             self._held = reply["slot"]
             yield self._batch(reply), dict(self._state)  # type: ignore[arg-type]
+
+    def _stop_prefetch(self, rewind: bool = True) -> None:
+        """End the prefetch thread, if any, and forget what it prepared: the sidecar serves it again from the loop's
+        position (`rewind`: here and now; otherwise the caller sets a position or leaves)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        ahead.stop()
+        handed, self._handed, self._left = self._handed, None, None
+        if self._state == handed:
+            self._tell_loop(pending=0)
+        elif rewind:
+            self._reposition(handed)  # type: ignore[arg-type]
+        else:
+            self._tell_loop(pending=ahead.pending())  # a trainer that leaves: the sidecar keeps the loop's position
 
     def _refuse_while_prefetching(self) -> None:
         if self._prefetching:
@@ -329,14 +309,14 @@ class Feed:
         self._done = welcome.get("done", False)
         return sock
 
-    def _tell_loop_caught_up(self) -> None:
-        """The loop has taken every batch handed: the sidecar places it at its own position. Only on a live
-        connection (a sidecar reached anew learns it from the hello), so a loop that ends never waits for it."""
+    def _tell_loop(self, pending: int) -> None:
+        """Where the loop is: all but the last `pending` batches handed taken, so the sidecar places it there. Only
+        on a live connection (a sidecar reached anew learns it from the hello), so a loop that ends never waits."""
         if self._sock is None or not self._welcome.get("pending"):
             return
         try:
             with self._lock:
-                send(self._sock, {"type": "loop", "pending": 0})
+                send(self._sock, {"type": "loop", "pending": pending})
                 receive(self._sock)
         except (FeedClosed, ConnectionError):
             self._drop()
@@ -354,3 +334,93 @@ class Feed:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _EpochEnd:
+    """The end of an epoch in a prefetch's queue: the position after it and the batches of the next one."""
+    state: dict
+    batches: int
+
+
+class _Prefetch:
+    """A thread that asks the feed for batches and prepares them, up to `depth` ahead of the loop, epoch after
+    epoch: an epoch's end is an item of its queue, and the thread goes on (`Feed.prefetch`)."""
+
+    def __init__(self, feed: Feed, prepare: Callable[[tuple], tuple], depth: int):
+        self.feed, self.prepare, self.depth = feed, prepare, depth
+        self.ready: queue.Queue = queue.Queue(maxsize=depth)
+        self.stopping = threading.Event()
+        self.fetched = self.taken = 0
+        self.worker = threading.Thread(target=self._work, name="ringfeed-prefetch", daemon=True)
+        self.worker.start()
+
+    def serves(self, prepare: Callable[[tuple], tuple], depth: int) -> bool:
+        """Whether a loop with `prepare` and `depth` continues with this thread's queue (a thread done with the
+        feed leaves its last items there)."""
+        return prepare == self.prepare and depth == self.depth and (self.worker.is_alive() or not self.ready.empty())
+
+    def pending(self) -> int:
+        """Batches handed to the feed that the loop has not taken yet."""
+        return self.fetched - self.taken
+
+    def epoch(self) -> Iterator[tuple]:
+        """The loop's batches up to its epoch's end; the feed's position follows them."""
+        feed = self.feed
+        while True:
+            started = time.perf_counter()
+            item = self.ready.get()
+            feed.stats.wait_s += time.perf_counter() - started
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, _EpochEnd):
+                feed._handed, feed._left = item.state, item.batches
+                return
+            batch, feed._handed = item
+            self.taken += 1
+            feed._left = (feed._left or 0) - 1
+            feed._count(batch)
+            yield batch
+
+    def stop(self) -> None:
+        self.stopping.set()
+        while self.worker.is_alive() and self.worker is not threading.current_thread():
+            if self.feed._lock.locked():
+                self.feed._interrupt()  # a request the sidecar holds (a pause) or retries (a restart) ends now
+            self.worker.join(POLL_S)
+
+    def _work(self) -> None:
+        feed = self.feed
+        try:
+            while True:
+                for batch, state in feed._batches(counted=False, pending=self.pending, stop=self.stopping):
+                    self.fetched += 1
+                    if not self._offer((self.prepare(batch), state)):
+                        return
+                batches = 0 if feed._done else feed._request({"type": "length"}, False, self.stopping)["batches"]
+                if not self._offer(_EpochEnd(dict(feed._state), batches)):  # type: ignore[arg-type]
+                    return
+                if feed._done:
+                    self._follow_loop_to_the_end()
+                    return
+        except _Stopped:
+            pass
+        except BaseException as error:  # the loop raises it
+            self._offer(error)
+
+    def _offer(self, item) -> bool:
+        while not self.stopping.is_set():
+            try:
+                self.ready.put(item, timeout=POLL_S)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def _follow_loop_to_the_end(self) -> None:
+        """After the last epoch no request tells the sidecar where the loop is: this does, once it has taken the
+        last batches (the sidecar keeps the loop's position: what a pause waits for, where a restart resumes)."""
+        while self.pending() and not self.stopping.is_set():
+            time.sleep(POLL_S)
+        if not self.stopping.is_set():
+            self.feed._tell_loop(pending=0)

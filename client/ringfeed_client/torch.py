@@ -33,11 +33,13 @@ def tensors(batches: Iterable[tuple], device: torch.device | str | None = None,
 
     `ahead`: how many batches a thread of this process decodes ahead of the loop (``Feed.prefetch``), so the
     decode's work on the CPU overlaps the training step; `batches` must be the Feed itself, whose ``state_dict()``
-    stays the position after the loop's batch. Each batch is then the thread's own copy, valid after the next one."""
+    stays the position after the loop's batch. Each batch is then the thread's own copy, valid after the next one.
+    The thread goes on into the next epoch: the next call with the same `device`, `codec` and `ahead` starts with
+    the batches it decoded meanwhile."""
     if ahead < 0:
         raise ValueError(f"ahead is a number of batches, 0 or more, not {ahead}")
     codec_named(codec)  # an unknown one is refused here rather than at the first batch to decode
-    convert = _Converter(device, codec)
+    convert = _converter(device, codec)
     if not ahead:
         return _inline(batches, convert)
     if not isinstance(batches, Feed):
@@ -87,6 +89,13 @@ class _Converter:
     def hand_over(self, batch: tuple) -> None:
         if isinstance(batch[0], torch.Tensor) and batch[0].is_cuda:
             _decoder(self.settle_device(), self.codec).hand_over(batch[0])
+
+
+@functools.cache
+def _converter(device: torch.device | str | None, codec: str) -> _Converter:
+    """One per device and codec, so that the next epoch's call prepares as this one did (``Feed.prefetch`` goes on
+    with the same `prepare`)."""
+    return _Converter(device, codec)
 
 
 @functools.cache

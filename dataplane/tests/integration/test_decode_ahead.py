@@ -20,6 +20,7 @@ import test_serve
 from test_serve import BATCH, epoch, train_uuids, uuids_of
 
 from ringfeed_client import Feed
+from ringfeed_client.protocol import FeedError
 
 pytest.importorskip("torchvision")
 from ringfeed_client.torch import tensors  # noqa: E402 (needs torchvision for the trainer's decode)
@@ -113,6 +114,107 @@ def test_a_failing_decode_reaches_the_loop_and_the_batches_after_the_last_handed
     assert uuids_of(handed) + uuids_of(epoch(feed)) == uuids_of(expected)
 
 
+def copied(batch: tuple) -> tuple:
+    """What a `prepare` must return: the batch out of the slot."""
+    return tuple(np.array(item) if isinstance(item, np.ndarray) else item for item in batch)
+
+
+def test_the_thread_prepares_the_next_epochs_first_batches_while_the_loop_is_between_epochs(slides, sidecars):
+    """The loop comes back for the next epoch to batches decoded meanwhile (the step on an epoch's first batch no
+    longer waits for its decode); the feed's position, its length and the sidecar's report between epochs are the
+    loop's, and no batch is served twice."""
+    reference = Feed(sidecars(*RANDOM_CROPS, "--epochs", "3").directory, with_uuids=True)
+    sidecar = sidecars(*RANDOM_CROPS, "--epochs", "3")
+    feed = Feed(sidecar.directory, with_uuids=True)
+    prepared = 0
+
+    def prepare(batch: tuple) -> tuple:
+        nonlocal prepared
+        prepared += 1
+        return copied(batch)
+
+    for _ in range(3):
+        expected = epoch(reference)
+        taken = []
+        for batch in feed.prefetch(prepare, depth=2):
+            taken.append(batch)
+            time.sleep(0.02)  # a training step: the thread waits with the epoch's last batches queued
+        assert same(taken, expected)
+        assert (feed.state_dict(), len(feed), feed.epoch) == (reference.state_dict(), len(reference),
+                                                              reference.epoch)
+        deadline = time.monotonic() + 30
+        ahead = 3 if reference.epoch < 3 else 0  # two queued, a third in hand: the thread goes no further
+        while prepared < feed.stats.batches + ahead:
+            assert time.monotonic() < deadline, (prepared, feed.stats.batches)
+            time.sleep(0.01)
+        while at((report := sidecar.report())["position"]) != at(feed.state_dict()):  # the loop's, not the thread's
+            assert time.monotonic() < deadline, (report, feed.state_dict())
+            time.sleep(0.01)
+        assert report["batches_served"] == prepared == feed.stats.batches + ahead
+    assert list(feed.prefetch(prepare, depth=2)) == list(feed.prefetch(prepare, depth=2)) == []  # done
+    assert sidecar.report()["batches_served"] == feed.stats.batches == reference.stats.batches
+
+
+def test_the_next_epoch_through_tensors_continues_the_thread_and_serves_no_batch_twice(slides, sidecars):
+    reference = Feed(sidecars(*DEFERRED, "--epochs", "2").directory, with_uuids=True)
+    sidecar = sidecars(*DEFERRED, "--epochs", "2")
+    feed = Feed(sidecar.directory, with_uuids=True)
+    for _ in range(2):
+        expected, _ = trained(reference, ahead=0)
+        got, _ = trained(feed, ahead=2)
+        assert same(got, expected)
+    assert sidecar.report()["batches_served"] == feed.stats.batches == reference.stats.batches
+
+
+@pytest.mark.parametrize("then", ["iterate", "another-depth", "load-state", "close-and-reopen", "another-device"])
+def test_anything_else_between_epochs_gets_the_batches_the_thread_took_served_again(slides, sidecars, then):
+    """Between epochs the thread holds the next epoch's first batches; a trainer that does something else with the
+    feed first (or leaves, and another one takes over) still gets the whole next epoch, in its order."""
+    reference = Feed(sidecars(*DEFERRED, "--epochs", "2").directory, with_uuids=True)
+    expected = [trained(reference, ahead=0)[0], trained(reference, ahead=0)[0]]
+    sidecar = sidecars(*DEFERRED, "--epochs", "2")
+    feed = Feed(sidecar.directory, with_uuids=True)
+    first, _ = trained(feed, ahead=2)
+    assert same(first, expected[0])
+    deadline = time.monotonic() + 30
+    while sidecar.report()["batches_served"] < feed.stats.batches + 2:  # the thread went on into the next epoch
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    if then == "iterate":
+        second, _ = trained(feed, ahead=0)  # the feed itself, decoded in the loop
+    elif then == "another-depth":
+        second, _ = trained(feed, ahead=1)
+    elif then == "another-device":
+        second = [tuple(t.numpy() for t in batch) for batch in tensors(feed, device="cpu:0", ahead=2)]
+    elif then == "load-state":
+        feed.load_state_dict(feed.state_dict())
+        second, _ = trained(feed, ahead=2)
+    else:
+        checkpoint = feed.state_dict()
+        feed.close()
+        assert at(sidecar.report()["position"]) == at(checkpoint)
+        second, _ = trained(Feed(sidecar.directory, with_uuids=True), ahead=0)
+    assert same(second, expected[1])
+
+
+def test_a_feed_whose_loop_decodes_ahead_refuses_a_second_loop_or_a_new_position_until_it_ends(slides, sidecars):
+    expected = epoch(Feed(sidecars(*RANDOM_CROPS).directory, with_uuids=True))
+    feed = Feed(sidecars(*RANDOM_CROPS).directory, with_uuids=True)
+    got = []
+    for batch in feed.prefetch(copied, depth=2):
+        got.append(batch)
+        if len(got) == 2:
+            start = feed.state_dict()
+            with pytest.raises(FeedError, match="being prefetched"):
+                next(iter(feed))
+            with pytest.raises(FeedError, match="being prefetched"):
+                next(feed.prefetch(copied, depth=2))
+            with pytest.raises(FeedError, match="being prefetched"):
+                feed.load_state_dict(start)
+            assert feed.state_dict() == start
+    assert same(got, expected)
+
+
 def at(position: dict) -> tuple[int, int]:
     return position["epoch"], position["offset"]
 
@@ -129,7 +231,13 @@ def test_the_sidecar_keeps_and_reports_the_loops_position_not_the_threads(slides
         saved = json.loads((sidecar.feeds[0] / "state.json").read_text())
         seen.append((at(feed.state_dict()), at(report["position"]), (report["epoch"], report["offset"]), at(saved),
                      report["batches_served"] - feed.stats.batches))
-    assert all(reported <= loop and status <= loop and saved <= loop for loop, reported, status, saved, _ in seen)
+    end = len(train_uuids(slides))  # after an epoch's last batch is where the next one starts
+
+    def settled(loop: tuple[int, int]) -> tuple[int, int]:
+        return (loop[0] + 1, 0) if loop[1] >= end else loop
+
+    assert all(reported <= settled(loop) and status <= settled(loop) and saved <= settled(loop)
+               for loop, reported, status, saved, _ in seen)
     assert max(ahead for *_, ahead in seen) >= 2  # the thread was ahead of the loop: the case was there
     report = sidecar.report()
     assert at(report["position"]) == (report["epoch"], report["offset"]) == at(feed.state_dict()) == (1, 0)
@@ -174,6 +282,7 @@ def test_a_pause_at_a_position_holds_the_trainer_done_only_once_its_loop_has_tak
 TRAINER = """
 import sys, time
 from ringfeed_client import Feed
+from ringfeed_client.protocol import FeedError
 from ringfeed_client.torch import tensors
 
 for _, _, uuids in tensors(Feed(sys.argv[1], with_uuids=True), device="cpu", ahead=3):
