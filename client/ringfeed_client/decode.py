@@ -12,6 +12,7 @@ batch resizes at once (``ringfeed_client.resample``); on a CPU each image with t
 from __future__ import annotations
 
 import logging
+import threading
 
 import numpy as np
 import torch
@@ -42,13 +43,16 @@ class ImageDecoder:
     `codec` (``torchvision`` or ``nvimgcodec``, ``ringfeed_client.codecs``).
 
     On a GPU the work runs on a stream of its own, so it overlaps the training step already queued. An image that
-    cannot be decoded is left out of the batch and counted in ``corrupt``, as the loader's own decode does."""
+    cannot be decoded is left out of the batch and counted in ``corrupt``, as the loader's own decode does. One
+    batch at a time: the process's decoder for a device and codec serves every feed of the process (a validation
+    loop while a training feed's thread decodes the next epoch's first batches)."""
 
     def __init__(self, device: torch.device | str | None = None, codec: str = DEFAULT_CODEC):
         self.device = resolve_device(device)
         self.codec = codec_named(codec)(self.device)
         self.corrupt = 0
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._lock = threading.Lock()
 
     def decode(self, blobs: Blobs, *, finish: bool = False) -> tuple[torch.Tensor, np.ndarray]:
         """The batch's images as uint8 (n, height, width, channels) on the device, and the indices of the samples
@@ -60,8 +64,9 @@ class ImageDecoder:
         if blobs.boxes is None or blobs.image is None:
             raise ValueError("these samples come without boxes: the loader decodes them itself (decode.device cpu)")
         if self._stream is None:
-            return self._decode(blobs)
-        with torch.cuda.device(self.device), torch.cuda.stream(self._stream):  # this thread's device may be another
+            with self._lock:
+                return self._decode(blobs)
+        with self._lock, torch.cuda.device(self.device), torch.cuda.stream(self._stream):  # the thread's may differ
             images, kept = self._decode(blobs)
         if finish:
             self._stream.synchronize()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import mmap
 import os
@@ -9,6 +10,7 @@ import queue
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -127,7 +129,7 @@ class Feed:
         """Continue from `state` (from ``state_dict``, usually of a checkpoint); the sidecar checks it is a state of
         this feed's split, part, seed and world."""
         self._refuse_while_prefetching()
-        self._stop_prefetch(rewind=False)
+        self._stop_prefetch()
         self._reposition(state)
 
     def _reposition(self, state: dict) -> None:
@@ -140,7 +142,8 @@ class Feed:
     def __iter__(self) -> Iterator[tuple]:
         self._refuse_while_prefetching()
         self._stop_prefetch()
-        for batch, _ in self._batches(counted=True):
+        while (step := self._next(counted=True)) is not None:
+            batch, _ = step
             self._count(batch)
             yield batch
 
@@ -156,7 +159,7 @@ class Feed:
         At the epoch's end the thread goes on into the next epoch, so its first batches are ready when the loop
         comes back: the next call with the same `prepare` (==) and `depth` continues from them. Anything else the
         feed is asked to do first (iterating it, another prefetch, ``load_state_dict``, ``close``) stops the thread
-        and gives the sidecar the loop's position back."""
+        and gives the sidecar the loop's position back. A Feed dropped without ``close`` ends its thread too."""
         if depth < 1:
             raise ValueError(f"depth is a number of batches, 1 or more, not {depth}")
         self._refuse_while_prefetching()
@@ -167,7 +170,7 @@ class Feed:
             ahead = self._ahead = _Prefetch(self, prepare, depth)
         self._prefetching, ended = True, False
         try:
-            yield from ahead.epoch()
+            yield from ahead.epoch(self)
             ended = True
         finally:
             self._prefetching = False
@@ -175,7 +178,7 @@ class Feed:
                 self._stop_prefetch()
 
     def close(self) -> None:
-        self._stop_prefetch(rewind=False)
+        self._stop_prefetch()
         self._drop()
         self._maps.clear()
 
@@ -185,10 +188,10 @@ class Feed:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _batches(self, counted: bool, pending: Callable[[], int] | None = None,
-                 stop: threading.Event | None = None) -> Iterator[tuple[tuple, dict]]:
-        """The rest of the epoch's batches, each with the position after it. `pending`: how many batches handed
-        the loop has not taken yet, told with each request (a prefetch); `stop`: end with _Stopped when set."""
+    def _next(self, counted: bool, pending: Callable[[], int] | None = None,
+              stop: threading.Event | None = None) -> tuple[tuple, dict] | None:
+        """The epoch's next batch with the position after it; None at the epoch's end. `pending`: how many batches
+        handed the loop has not taken yet, told with the request (a prefetch); `stop`: end with _Stopped when set."""
         while not self._done:
             if stop is not None and stop.is_set():
                 raise _Stopped
@@ -202,15 +205,16 @@ class Feed:
                 continue
             if reply["type"] == "done":
                 self._done = True
-                return
+                return None
             if reply["type"] == "epoch_end":
-                return
+                return None
             self._held = reply["slot"]
-            yield self._batch(reply), dict(self._state)  # type: ignore[arg-type]
+            return self._batch(reply), dict(self._state)  # type: ignore[arg-type]
+        return None
 
-    def _stop_prefetch(self, rewind: bool = True) -> None:
+    def _stop_prefetch(self) -> None:
         """End the prefetch thread, if any, and forget what it prepared: the sidecar serves it again from the loop's
-        position (`rewind`: here and now; otherwise the caller sets a position or leaves)."""
+        position."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return
@@ -218,10 +222,9 @@ class Feed:
         handed, self._handed, self._left = self._handed, None, None
         if self._state == handed:
             self._tell_loop(pending=0)
-        elif rewind:
-            self._reposition(handed)  # type: ignore[arg-type]
         else:
-            self._tell_loop(pending=ahead.pending())  # a trainer that leaves: the sidecar keeps the loop's position
+            self._tell_loop(pending=ahead.pending())  # the loop's position, should the trainer leave now
+            self._reposition(handed)  # type: ignore[arg-type]
 
     def _refuse_while_prefetching(self) -> None:
         if self._prefetching:
@@ -345,32 +348,32 @@ class _EpochEnd:
 
 class _Prefetch:
     """A thread that asks the feed for batches and prepares them, up to `depth` ahead of the loop, epoch after
-    epoch: an epoch's end is an item of its queue, and the thread goes on (`Feed.prefetch`)."""
+    epoch: an epoch's end is an item of its queue, and the thread goes on (`Feed.prefetch`). It holds the feed only
+    while it asks for a batch, so a feed its trainer dropped goes (its connection with it) and the thread ends."""
 
     def __init__(self, feed: Feed, prepare: Callable[[tuple], tuple], depth: int):
-        self.feed, self.prepare, self.depth = feed, prepare, depth
+        self.feed = weakref.ref(feed)
+        self.prepare, self.depth = prepare, depth
         self.ready: queue.Queue = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
         self.fetched = self.taken = 0
+        self.finished = False  # the feed is done: the last items are in the queue or on their way
         self.worker = threading.Thread(target=self._work, name="ringfeed-prefetch", daemon=True)
+        _RUNNING.add(self)
         self.worker.start()
 
     def serves(self, prepare: Callable[[tuple], tuple], depth: int) -> bool:
-        """Whether a loop with `prepare` and `depth` continues with this thread's queue (a thread done with the
-        feed leaves its last items there)."""
-        return prepare == self.prepare and depth == self.depth and (self.worker.is_alive() or not self.ready.empty())
+        """Whether a loop with `prepare` and `depth` continues with this thread's queue."""
+        return prepare == self.prepare and depth == self.depth and (not self.finished or not self.ready.empty())
 
     def pending(self) -> int:
         """Batches handed to the feed that the loop has not taken yet."""
         return self.fetched - self.taken
 
-    def epoch(self) -> Iterator[tuple]:
+    def epoch(self, feed: Feed) -> Iterator[tuple]:
         """The loop's batches up to its epoch's end; the feed's position follows them."""
-        feed = self.feed
         while True:
-            started = time.perf_counter()
-            item = self.ready.get()
-            feed.stats.wait_s += time.perf_counter() - started
+            item = self._take(feed)
             if isinstance(item, BaseException):
                 raise item
             if isinstance(item, _EpochEnd):
@@ -384,32 +387,59 @@ class _Prefetch:
 
     def stop(self) -> None:
         self.stopping.set()
-        while self.worker.is_alive() and self.worker is not threading.current_thread():
-            if self.feed._lock.locked():
-                self.feed._interrupt()  # a request the sidecar holds (a pause) or retries (a restart) ends now
+        self.worker.join(POLL_S)  # what it asks the sidecar for comes within this, unless a pause holds it
+        while self.worker.is_alive():
+            feed = self.feed()
+            if feed is not None and feed._lock.locked():
+                feed._interrupt()  # a request the sidecar holds (a pause) or retries (a restart) ends now
+            del feed
             self.worker.join(POLL_S)
 
+    def _take(self, feed: Feed):
+        started = time.perf_counter()
+        while True:
+            if self.stopping.is_set():
+                raise FeedError("the feed was closed while its loop decoded ahead")
+            try:
+                item = self.ready.get(timeout=POLL_S)
+                break
+            except queue.Empty:
+                pass
+        feed.stats.wait_s += time.perf_counter() - started
+        return item
+
     def _work(self) -> None:
-        feed = self.feed
         try:
-            while True:
-                for batch, state in feed._batches(counted=False, pending=self.pending, stop=self.stopping):
-                    self.fetched += 1
-                    if not self._offer((self.prepare(batch), state)):
-                        return
-                batches = 0 if feed._done else feed._request({"type": "length"}, False, self.stopping)["batches"]
-                if not self._offer(_EpochEnd(dict(feed._state), batches)):  # type: ignore[arg-type]
-                    return
-                if feed._done:
-                    self._follow_loop_to_the_end()
-                    return
+            while self._step():
+                pass
         except _Stopped:
             pass
         except BaseException as error:  # the loop raises it
             self._offer(error)
 
+    def _step(self) -> bool:
+        """One batch, or an epoch's end, into the queue: False once there is nothing more to do."""
+        feed = self.feed()
+        if feed is None:
+            return False
+        step = feed._next(counted=False, pending=self.pending, stop=self.stopping)
+        item: object
+        if step is not None:
+            self.fetched += 1
+            item = (self.prepare(step[0]), step[1])
+        else:
+            batches = 0 if feed._done else feed._request({"type": "length"}, False, self.stopping)["batches"]
+            item = _EpochEnd(dict(feed._state), batches)  # type: ignore[arg-type]
+            self.finished = feed._done
+        del feed, step  # waiting for room in the queue, the thread holds no feed
+        if not self._offer(item):
+            return False
+        if self.finished:
+            self._follow_loop_to_the_end()
+        return not self.finished
+
     def _offer(self, item) -> bool:
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() and self.feed() is not None:
             try:
                 self.ready.put(item, timeout=POLL_S)
                 return True
@@ -422,5 +452,17 @@ class _Prefetch:
         last batches (the sidecar keeps the loop's position: what a pause waits for, where a restart resumes)."""
         while self.pending() and not self.stopping.is_set():
             time.sleep(POLL_S)
-        if not self.stopping.is_set():
-            self.feed._tell_loop(pending=0)
+        feed = self.feed()
+        if feed is not None and not self.stopping.is_set():
+            feed._tell_loop(pending=0)
+
+
+# Threads still preparing when the interpreter exits (a trainer that trained fewer epochs than its feed has, without
+# closing it) are stopped first, so that none is inside a decode on the GPU while torch tears CUDA down.
+_RUNNING: weakref.WeakSet[_Prefetch] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running() -> None:
+    for ahead in list(_RUNNING):
+        ahead.stop()

@@ -151,7 +151,7 @@ def test_the_thread_prepares_the_next_epochs_first_batches_while_the_loop_is_bet
             assert time.monotonic() < deadline, (report, feed.state_dict())
             time.sleep(0.01)
         assert report["batches_served"] == prepared == feed.stats.batches + ahead
-    assert list(feed.prefetch(prepare, depth=2)) == list(feed.prefetch(prepare, depth=2)) == []  # done
+    assert all(list(feed.prefetch(prepare, depth=2)) == [] for _ in range(3))  # done, every time
     assert sidecar.report()["batches_served"] == feed.stats.batches == reference.stats.batches
 
 
@@ -166,20 +166,28 @@ def test_the_next_epoch_through_tensors_continues_the_thread_and_serves_no_batch
     assert sidecar.report()["batches_served"] == feed.stats.batches == reference.stats.batches
 
 
-@pytest.mark.parametrize("then", ["iterate", "another-depth", "load-state", "close-and-reopen", "another-device"])
+def thread_went_on(sidecar, feed: Feed) -> None:
+    """Wait until the prefetch thread has taken two batches of the next epoch, as it does between epochs."""
+    deadline = time.monotonic() + 30
+    while sidecar.report()["batches_served"] < feed.stats.batches + 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("then", ["iterate", "another-depth", "another-device", "load-state", "load-another-state",
+                                  "close-and-continue", "close-and-reopen", "drop-and-reopen"])
 def test_anything_else_between_epochs_gets_the_batches_the_thread_took_served_again(slides, sidecars, then):
     """Between epochs the thread holds the next epoch's first batches; a trainer that does something else with the
-    feed first (or leaves, and another one takes over) still gets the whole next epoch, in its order."""
+    feed first (or leaves, closing it or not, and another one takes over) still gets the whole next epoch, in its
+    order, or exactly what follows the position it loads."""
     reference = Feed(sidecars(*DEFERRED, "--epochs", "2").directory, with_uuids=True)
-    expected = [trained(reference, ahead=0)[0], trained(reference, ahead=0)[0]]
+    (first_expected, first_states), (second_expected, _) = trained(reference, ahead=0), trained(reference, ahead=0)
     sidecar = sidecars(*DEFERRED, "--epochs", "2")
     feed = Feed(sidecar.directory, with_uuids=True)
     first, _ = trained(feed, ahead=2)
-    assert same(first, expected[0])
-    deadline = time.monotonic() + 30
-    while sidecar.report()["batches_served"] < feed.stats.batches + 2:  # the thread went on into the next epoch
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    assert same(first, first_expected)
+    thread_went_on(sidecar, feed)
+    expected = second_expected
     if then == "iterate":
         second, _ = trained(feed, ahead=0)  # the feed itself, decoded in the loop
     elif then == "another-depth":
@@ -189,12 +197,41 @@ def test_anything_else_between_epochs_gets_the_batches_the_thread_took_served_ag
     elif then == "load-state":
         feed.load_state_dict(feed.state_dict())
         second, _ = trained(feed, ahead=2)
-    else:
+    elif then == "load-another-state":  # back to a checkpoint of the first epoch
+        feed.load_state_dict(first_states[2])
+        second, expected = trained(feed, ahead=2)[0], first_expected[3:]
+    elif then == "close-and-continue":
         checkpoint = feed.state_dict()
         feed.close()
-        assert at(sidecar.report()["position"]) == at(checkpoint)
-        second, _ = trained(Feed(sidecar.directory, with_uuids=True), ahead=0)
-    assert same(second, expected[1])
+        assert feed.state_dict() == checkpoint  # the loop's position, not the thread's
+        second, _ = trained(feed, ahead=2)
+    else:
+        checkpoint = feed.state_dict()
+        if then == "close-and-reopen":
+            feed.close()
+            assert at(sidecar.report()["position"]) == at(checkpoint)
+        del feed  # dropped (drop-and-reopen): its thread must not keep it, nor its connection
+        successor: list = []
+        take = threading.Thread(target=lambda: successor.extend(
+            trained(Feed(sidecar.directory, with_uuids=True), ahead=0)[0]), daemon=True)
+        take.start()
+        take.join(timeout=60)
+        assert not take.is_alive(), "the next trainer's feed waits for the one dropped"
+        second = successor
+    assert same(second, expected)
+
+
+def test_a_loop_decoding_ahead_of_a_feed_closed_under_it_ends_with_a_clear_error(slides, sidecars):
+    expected, expected_states = trained(Feed(sidecars(*DEFERRED).directory, with_uuids=True), ahead=0)
+    feed = Feed(sidecars(*DEFERRED).directory, with_uuids=True)
+    loop = tensors(feed, device="cpu", ahead=2)
+    taken = [tuple(t.numpy() for t in next(loop)) for _ in range(3)]
+    feed.close()  # a signal's handler, say, while the loop is suspended
+    assert feed.state_dict() == expected_states[2]
+    with pytest.raises(FeedError, match="closed"):
+        next(loop)
+    rest, _ = trained(feed, ahead=2)
+    assert same(taken + rest, expected)
 
 
 def test_a_feed_whose_loop_decodes_ahead_refuses_a_second_loop_or_a_new_position_until_it_ends(slides, sidecars):
@@ -239,8 +276,11 @@ def test_the_sidecar_keeps_and_reports_the_loops_position_not_the_threads(slides
     assert all(reported <= settled(loop) and status <= settled(loop) and saved <= settled(loop)
                for loop, reported, status, saved, _ in seen)
     assert max(ahead for *_, ahead in seen) >= 2  # the thread was ahead of the loop: the case was there
-    report = sidecar.report()
-    assert at(report["position"]) == (report["epoch"], report["offset"]) == at(feed.state_dict()) == (1, 0)
+    deadline = time.monotonic() + 10  # after the last batch the thread tells the sidecar within a poll
+    while at((report := sidecar.report())["position"]) != (1, 0):
+        assert time.monotonic() < deadline, report
+        time.sleep(0.01)
+    assert (report["epoch"], report["offset"]) == at(feed.state_dict()) == (1, 0)
 
 
 def test_a_pause_at_a_position_holds_the_trainer_done_only_once_its_loop_has_taken_every_batch(slides, sidecars,
@@ -282,7 +322,6 @@ def test_a_pause_at_a_position_holds_the_trainer_done_only_once_its_loop_has_tak
 TRAINER = """
 import sys, time
 from ringfeed_client import Feed
-from ringfeed_client.protocol import FeedError
 from ringfeed_client.torch import tensors
 
 for _, _, uuids in tensors(Feed(sys.argv[1], with_uuids=True), device="cpu", ahead=3):
