@@ -49,6 +49,13 @@ def batches_of(images: list[bytes], batch: int) -> list[Blobs]:
     return out
 
 
+def _loaded(library: str) -> set[str]:
+    """The files of `library` this process mapped: which nvJPEG the codecs found (an older one on LD_LIBRARY_PATH can
+    send nvImageCodec's region decodes to its CPU fallback)."""
+    with open("/proc/self/maps") as maps:
+        return {line.split()[-1] for line in maps if library in line}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=2048)
@@ -85,10 +92,16 @@ def main() -> int:
                                                  sample=samples[index]), range(len(images))))
         return len(images) / (time.perf_counter() - started), 0.0
 
+    cpu_pass()  # untimed, as every pass's first: the pool's threads, the codecs' and the kernels' first use
+    for codec, decoder in list(decoders.items()):
+        try:
+            gpu_pass(decoder)
+        except Exception as error:  # a codec that fails on this machine is reported, the others still measured
+            print(f"{codec}: not measured (its first pass failed: {error!r})")
+            del decoders[codec]
+    print("nvJPEG loaded: " + (", ".join(sorted(_loaded("libnvjpeg"))) or "none"))
     passes = {"cpu": cpu_pass} | {codec: (lambda decoder=decoder: gpu_pass(decoder))
                                   for codec, decoder in decoders.items()}
-    for measure in passes.values():  # untimed: the codecs' and the kernels' first use, the pool's threads
-        measure()
     rates: dict[str, list[float]] = {name: [] for name in passes}
     cpu_per_image: dict[str, list[float]] = {name: [] for name in passes}
     for index in range(args.rounds):

@@ -36,6 +36,7 @@ case ${1:-} in
     cp "$runtime"/site/ringfeed/_native.abi3.so dataplane/ringfeed/
     export PATH=$runtime/jre/bin:$PATH RINGFEED_CACHE=$runtime
     export PYTHONPATH=$PWD/dataplane:$PWD/client:$PWD/benchmarks:$runtime/site
+    export PYTHONUNBUFFERED=1  # a step killed at its time limit keeps every line it printed
     echo "$(nproc) CPUs; $($python --version); $(java -version 2>&1 | head -1)"
     nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true
     "$@"
