@@ -7,7 +7,8 @@
 #   scripts/device-gpu-feed.sh resnet18-cpu      ResNet-18 decoding on the CPU (the sidecar's 14 threads), the same
 #                                                photographs
 # CODEC: nvimgcodec (default) or torchvision (ringfeed_client.codecs). AHEAD=N in the environment: the trainer
-# decodes N batches ahead of its loop, on a thread (tensors(feed, ahead=N)); 0 (default) in the loop.
+# decodes N batches ahead of its loop, on a thread (tensors(feed, ahead=N)); 1 by default (the configuration not yet
+# measured on a GPU: the decode in the loop, AHEAD=0, was, on an H100: docs/benchmarks.md).
 # Each step has a time limit that keeps the call inside the device's 10 minutes; output goes to $OUT as well.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
@@ -21,7 +22,7 @@ step() { # name limit_s command…
     echo "== $name: exit ${PIPESTATUS[0]} (124: stopped at its time limit)"
 }
 codec=${2:-nvimgcodec}
-ahead=${AHEAD:-0}
+ahead=${AHEAD:-1}
 train() { # model decode-device limit
     step "train-$1-$2-$codec-ahead$ahead" "$3" python3 benchmarks/bench_sidecar.py --train --model "$1" \
         --images imagenet --jpegs 4000 --rounds 5 --decode-device "$2" --codec "$codec" --ahead "$ahead"
