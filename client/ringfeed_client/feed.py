@@ -30,6 +30,7 @@ from ringfeed_client.protocol import (
 
 RETRY_S = 0.25
 POLL_S = 0.05  # how often a prefetch thread looks whether its loop has left
+EXIT_WAIT_S = 10.0  # how long an exiting interpreter waits for a prefetch thread's decode to end
 
 
 class _Stopped(Exception):
@@ -360,6 +361,9 @@ class _Prefetch:
         self.finished = False  # the feed is done: the last items are in the queue or on their way
         self.worker = threading.Thread(target=self._work, name="ringfeed-prefetch", daemon=True)
         _RUNNING.add(self)
+        # Exit handlers run last registered first: registered again now, after torch's, so this one runs before them.
+        atexit.unregister(_stop_running)
+        atexit.register(_stop_running)
         self.worker.start()
 
     def serves(self, prepare: Callable[[tuple], tuple], depth: int) -> bool:
@@ -385,10 +389,12 @@ class _Prefetch:
             feed._count(batch)
             yield batch
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = float("inf")) -> None:
+        """Stop the thread and wait for it to end (up to `wait_s`)."""
+        deadline = time.monotonic() + wait_s
         self.stopping.set()
         self.worker.join(POLL_S)  # what it asks the sidecar for comes within this, unless a pause holds it
-        while self.worker.is_alive():
+        while self.worker.is_alive() and time.monotonic() < deadline:
             feed = self.feed()
             if feed is not None and feed._lock.locked():
                 feed._interrupt()  # a request the sidecar holds (a pause) or retries (a restart) ends now
@@ -462,7 +468,6 @@ class _Prefetch:
 _RUNNING: weakref.WeakSet[_Prefetch] = weakref.WeakSet()
 
 
-@atexit.register
 def _stop_running() -> None:
     for ahead in list(_RUNNING):
-        ahead.stop()
+        ahead.stop(wait_s=EXIT_WAIT_S)
