@@ -28,7 +28,6 @@ train() { # model decode-device limit
         --images imagenet --jpegs 4000 --rounds 5 --decode-device "$2" --codec "$codec" --ahead "$ahead"
 }
 # Before any step: a torch that sees no GPU would pass the decode tests on their CPU cases alone and fail the rest.
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 scripts/device-run.sh run python3 - <<'CHECK' || exit 1
 import torch, torchvision
 print("torch", torch.__version__, "CUDA", torch.version.cuda, "torchvision", torchvision.__version__)

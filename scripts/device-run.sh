@@ -38,7 +38,7 @@ case ${1:-} in
     export PYTHONPATH=$PWD/dataplane:$PWD/client:$PWD/benchmarks:$runtime/site
     export PYTHONUNBUFFERED=1  # a step killed at its time limit keeps every line it printed
     echo "$(nproc) CPUs; $($python --version); $(java -version 2>&1 | head -1)"
-    nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
     "$@"
     ;;
   *) echo "usage: $0 unpack PART | run CMD…" >&2; exit 2 ;;

@@ -63,11 +63,11 @@ class ImageDecoder:
         ``hand_over`` before using them."""
         if blobs.boxes is None or blobs.image is None:
             raise ValueError("these samples come without boxes: the loader decodes them itself (decode.device cpu)")
-        if self._stream is None:
-            with self._lock:
+        with self._lock:
+            if self._stream is None:
                 return self._decode(blobs)
-        with self._lock, torch.cuda.device(self.device), torch.cuda.stream(self._stream):  # the thread's may differ
-            images, kept = self._decode(blobs)
+            with torch.cuda.device(self.device), torch.cuda.stream(self._stream):  # this thread's device may differ
+                images, kept = self._decode(blobs)
         if finish:
             self._stream.synchronize()
         else:

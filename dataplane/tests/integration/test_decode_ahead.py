@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import test_serve
-from test_serve import BATCH, epoch, train_uuids, uuids_of
+from test_serve import BATCH, copied, epoch, train_uuids, uuids_of
 
 from ringfeed_client import Feed
 from ringfeed_client.protocol import FeedError
@@ -104,7 +104,7 @@ def test_a_failing_decode_reaches_the_loop_and_the_batches_after_the_last_handed
         prepared += 1
         if prepared == 4:
             raise RuntimeError("decoder failed")
-        return tuple(np.array(item) if isinstance(item, np.ndarray) else item for item in batch)
+        return copied(batch)
 
     handed = []
     with pytest.raises(RuntimeError, match="decoder failed"):
@@ -112,11 +112,6 @@ def test_a_failing_decode_reaches_the_loop_and_the_batches_after_the_last_handed
             handed.append(batch)
     assert len(handed) == 3 and uuids_of(handed) == uuids_of(expected[:3])
     assert uuids_of(handed) + uuids_of(epoch(feed)) == uuids_of(expected)
-
-
-def copied(batch: tuple) -> tuple:
-    """What a `prepare` must return: the batch out of the slot."""
-    return tuple(np.array(item) if isinstance(item, np.ndarray) else item for item in batch)
 
 
 def test_the_thread_prepares_the_next_epochs_first_batches_while_the_loop_is_between_epochs(slides, sidecars):

@@ -119,9 +119,14 @@ def train_uuids(store) -> list[bytes]:
     return sorted(u.tobytes() for u in load_split(store, NAME, "s").uuids("train"))
 
 
+def copied(batch: tuple) -> tuple:
+    """The batch out of the sidecar's slot (its views are valid until the next batch only)."""
+    return tuple(np.array(item) if isinstance(item, np.ndarray) else item for item in batch)
+
+
 def epoch(feed: Feed) -> list[tuple]:
-    """One epoch's batches, each copied (the views are valid until the next batch only)."""
-    return [tuple(np.array(a) if isinstance(a, np.ndarray) else a for a in batch) for batch in feed]
+    """One epoch's batches, each copied."""
+    return [copied(batch) for batch in feed]
 
 
 def mapped_from_shared_memory(array: np.ndarray) -> bool:
