@@ -7,7 +7,9 @@ Set RINGFEED_TEST_KEEP=1 to leave them running and reuse them in the next run.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -71,6 +73,18 @@ class CassandraFixture:
 
     def restart(self, index: int = 1) -> None:
         self.ring.start_node(index)
+
+    @contextlib.contextmanager
+    def frozen(self, index: int = 1):
+        """A node that keeps its connections open and answers nothing (SIGSTOP), as a node stalled by a long GC pause
+        or a hung disk does; it goes on (SIGCONT) when the block ends."""
+        pid = self.ring.pid(index)
+        assert pid is not None, f"node {index} is not running"
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
     @staticmethod
     def wait_reachable(driver_session, timeout_s: float = 60) -> None:

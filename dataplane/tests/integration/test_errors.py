@@ -151,19 +151,25 @@ def test_a_node_stopped_mid_ingest_names_the_writers_retries(password_node, logi
             password_node.restart()
 
 
-def test_a_request_that_times_out_is_ring_timeout_and_its_retries_are_counted(store, dataset_name, tmp_path):
-    raw_dataset(store, dataset_name, tmp_path, samples=64)
-    uuids = store.scan(dataset_name, "data_by_uuid", ["uuid"])["uuid"]
-    # A client timeout of 1 ms: one request of 64 samples (1 MiB) cannot come back in time from a real node.
-    session = _native.Session(store.address.hosts, request_timeout_ms=1)
-    fetcher = session.fetcher(dataset_name, max_retries=2, request_bytes=2**24)
-    fetcher.submit(0, uuids.tobytes())
-    with pytest.raises(_native.Timeout, match="failed after 2 retries") as raised:
-        fetcher.take(0)
+def test_a_request_that_times_out_is_ring_timeout_and_its_retries_are_counted(password_node, login, tmp_path):
+    name = "t_" + uuid.uuid4().hex[:12]
+    with Store(login) as store:
+        raw_dataset(store, name, tmp_path, samples=64)
+        uuids = store.scan(name, "data_by_uuid", ["uuid"])["uuid"]
+    session = _native.Session(list(login.hosts), login.port, login.username, login.password, request_timeout_ms=500)
+    fetcher = session.fetcher(name, max_retries=2, request_bytes=2**24)
+    # A node that is up but answers nothing: the connection stays open, so only the client's timeout ends the wait.
+    with password_node.frozen():
+        fetcher.submit(0, uuids.tobytes())
+        with pytest.raises(_native.Timeout, match="failed after 2 retries") as raised:
+            fetcher.take(0)
     assert fetcher.retries == 2
     error = ring_error(raised.value, "reading")
     assert isinstance(error, RingTimeout)
     assert str(error).startswith("reading: Cassandra did not answer in time (reading 64 samples")
+    fetcher.submit(1, uuids.tobytes())  # the node goes on: the same session reads again
+    batch = fetcher.take(1)
+    assert batch.missing == [] and len(np.frombuffer(batch.positions, np.int64)) == 64
     session.close()
 
 
