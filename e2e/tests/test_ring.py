@@ -146,7 +146,29 @@ def wait_settled(cluster: Cluster, ns: str, nodes: int) -> dict:
                 and condition(ring, "Scaling").get("status") == "False" and last.get("finishedAt")
                 and (last["to"] < last["from"] or last.get("cleanupDoneAt")))
         return ring if done else None
-    return cluster.wait(f"ring {RING} settled at {nodes} nodes", settled, timeout_s=NODE_START_S + 180)
+    ring = cluster.wait(f"ring {RING} settled at {nodes} nodes", settled, timeout_s=NODE_START_S + 180)
+    check_ring_view(cluster, ns, nodes)
+    return ring
+
+
+def check_ring_view(cluster: Cluster, ns: str, nodes: int) -> None:
+    """Each running node's own ring is `nodes` nodes, all up and normal: a departed node the others still list (down,
+    leaving: its Pod stopped before they heard it had left) keeps ranges whose reads fail, until removed by hand."""
+    listed = cluster.core.list_namespaced_pod(ns, label_selector=f"cassandra.datastax.com/datacenter={RING}").items
+    pods = [pod.metadata.name for pod in listed if pod.metadata.deletion_timestamp is None]
+    assert len(pods) == nodes, pods
+    views: dict[str, list[str]] = {}
+
+    def agreed():
+        for pod in pods:
+            status = cluster.kubectl("exec", pod, "-n", ns, "-c", "cassandra", "--", "nodetool", "status").stdout
+            views[pod] = re.findall(r"^([UD][NLJM])\s", status, re.MULTILINE)
+        return all(view == ["UN"] * nodes for view in views.values())
+    # A LEFT state takes a gossip round or two to reach every node; a node left behind stays so.
+    try:
+        cluster.wait(f"every node's ring to list {nodes} nodes up and normal", agreed, timeout_s=60)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; their rings: {views}") from None
 
 
 class Reader(threading.Thread):

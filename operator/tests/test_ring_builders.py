@@ -10,7 +10,7 @@ import math
 import pytest
 
 from ringfeed.ring import CredentialsSecret
-from ringfeed_operator.builders.datacenter import DELETE_PVC, datacenter, heap_option
+from ringfeed_operator.builders.datacenter import DELETE_PVC, datacenter, datacenter_update, heap_option
 from ringfeed_operator.builders.ring import (
     LATENCY_P99,
     READS_PER_SECOND,
@@ -52,6 +52,9 @@ RING = {
              "resources": {"requests": {"cpu": "200m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}},
 }
 IMAGE = "registry.example/cass-management-api:5.0.9-ubi"
+DRAIN_AFTER_GOSSIP = ("sleep 10; exec curl -X POST -s -k --cert /management-api-certs/tls.crt --key "
+                      "/management-api-certs/tls.key --cacert /management-api-certs/ca.crt -m 0 -o /dev/null "
+                      "--show-error --fail https://localhost:8080/api/v0/ops/node/drain")
 RINGS = RingsConfig(image=IMAGE, resources={"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}})
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
@@ -98,6 +101,7 @@ def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
                             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}},
                            {"name": "server-config-init", "resources": {}, "securityContext": RESTRICTED_CONTAINER}],
         "containers": [{"name": "cassandra", "resources": {}, "securityContext": RESTRICTED_CONTAINER,
+                        "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", DRAIN_AFTER_GOSSIP]}}},
                         "volumeMounts": [
                             {"name": "ringfeed-node-tls", "mountPath": "/etc/ringfeed/ring-tls", "readOnly": True}]}],
         "volumes": [{"name": "ringfeed-node-tls", "secret": {"secretName": "images-node-tls"}}]}
@@ -109,6 +113,39 @@ def test_a_ring_becomes_one_cassandra_datacenter_named_after_it():
     assert spec["serverImage"] == "mine/cassandra:5.0.9" and spec["allowMultipleNodesPerWorker"] is True
     assert "storageClassName" not in spec["storageConfig"]["cassandraDataVolumeClaimSpec"]  # the default class
     assert spec["resources"] == RINGS.resources  # the chart's rings.resources, never BestEffort
+
+
+def test_a_stopping_node_gossips_ten_seconds_then_drains_as_cass_operator_would():
+    # cass-operator's own preStop for managementApiAuth manual, with the sleep before it
+    command = datacenter(RING, RINGS)["spec"]["podTemplateSpec"]["spec"]["containers"][0]["lifecycle"]["preStop"]
+    assert command["exec"]["command"] == ["sh", "-c", DRAIN_AFTER_GOSSIP]
+
+
+def made_before_the_lifecycle(ring: dict) -> dict:
+    spec = copy.deepcopy(datacenter(ring, RINGS)["spec"])
+    del spec["podTemplateSpec"]["spec"]["containers"][0]["lifecycle"]
+    return spec
+
+
+def test_a_datacenter_is_patched_only_when_its_nodes_must_change_anyway():
+    assert datacenter_update(datacenter(RING, RINGS)["spec"], RING, RINGS) is None
+    # made by a release without the preStop: adding it alone would restart every node, so it waits
+    assert datacenter_update(made_before_the_lifecycle(RING), RING, RINGS) is None
+    # a change that restarts the nodes anyway brings it along, on a datacenter of either kind
+    newer = copy.deepcopy(RING)
+    newer["spec"]["image"] = "mine/cassandra:5.0.9"
+    for current in (made_before_the_lifecycle(RING), datacenter(RING, RINGS)["spec"]):
+        settings = datacenter_update(current, newer, RINGS)
+        assert settings is not None and settings["serverImage"] == "mine/cassandra:5.0.9"
+        assert settings["podTemplateSpec"] == datacenter(newer, RINGS)["spec"]["podTemplateSpec"]
+    # its size is a step's, never a settings patch's
+    resized = datacenter(RING, RINGS)["spec"] | {"size": 5}
+    assert datacenter_update(resized, RING, RINGS) is None
+    # a preStop of someone else's is put back
+    edited = copy.deepcopy(datacenter(RING, RINGS)["spec"])
+    edited["podTemplateSpec"]["spec"]["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": ["true"]}}}
+    assert datacenter_update(edited, RING, RINGS)["podTemplateSpec"] == datacenter(RING, RINGS)["spec"][
+        "podTemplateSpec"]
 
 
 @pytest.mark.parametrize(("policy", "deleted"), [(None, "false"), ("Retain", "false"), ("Delete", "true")])

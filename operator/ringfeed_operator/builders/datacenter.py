@@ -4,6 +4,7 @@ volumes, at the size only a step changes (``builders.ring``)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ringfeed.ring import ProvisionedRing
@@ -36,6 +37,15 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 # cass-operator's containers, found by name and completed by it: the node, and the init containers copying the
 # image's base configuration and writing the node's (in that order).
 SERVER_CONTAINER, BASE_CONFIG_CONTAINER, CONFIG_CONTAINER = "cassandra", "server-config-init-base", "server-config-init"
+# cass-operator takes a decommission as done once the leaving node itself says LEFT, and stops its Pod at once; a
+# node stopped before one gossip round told the others stays "down, leaving" in their ring, and reads of its ranges
+# fail until someone removes it. So the node goes on gossiping this long before its Pod stops; then the drain that
+# cass-operator's own preStop does (it adds none where one is given), over the Management API's mutual TLS.
+LEFT_GOSSIP_S = 10
+MAAC_CERTS = "/management-api-certs"
+DRAIN = (f"curl -X POST -s -k --cert {MAAC_CERTS}/tls.crt --key {MAAC_CERTS}/tls.key --cacert {MAAC_CERTS}/ca.crt "
+         "-m 0 -o /dev/null --show-error --fail https://localhost:8080/api/v0/ops/node/drain")
+SERVER_LIFECYCLE = {"preStop": {"exec": {"command": ["sh", "-c", f"sleep {LEFT_GOSSIP_S}; exec {DRAIN}"]}}}
 
 
 def heap_option(value: str | int) -> str:
@@ -94,6 +104,7 @@ def datacenter_spec(ring: dict, rings: RingsConfig) -> dict:
                                           "securityContext": CONTAINER_SECURITY}],
                                      "containers": [{"name": SERVER_CONTAINER, "resources": {},
                                                      "securityContext": CONTAINER_SECURITY,
+                                                     "lifecycle": SERVER_LIFECYCLE,
                                                      "volumeMounts": [mount]}],
                                      "volumes": [volume], **pull_secrets(rings.image_pull_secrets)}},
         "resources": spec.get("resources") or rings.resources,
@@ -102,6 +113,19 @@ def datacenter_spec(ring: dict, rings: RingsConfig) -> dict:
                    # Logins and grants, whatever the image's defaults: the loaders' role may only read.
                    "cassandra-yaml": {**AUTH_SETTINGS, **encryption_settings()}},
     }
+
+
+def datacenter_update(current: dict, ring: dict, rings: RingsConfig) -> dict | None:
+    """The settings to patch into a datacenter whose spec is `current`, or None when it runs as the Ring says. A
+    datacenter made before its nodes had SERVER_LIFECYCLE counts as current when nothing else differs: adding it would
+    restart every node for it; it comes with the next change that restarts them anyway."""
+    wanted = datacenter_spec(ring, rings)
+    before_lifecycle = copy.deepcopy(wanted)
+    del before_lifecycle["podTemplateSpec"]["spec"]["containers"][0]["lifecycle"]
+    if all(current.get(key) == value for key, value in wanted.items()) or \
+            all(current.get(key) == value for key, value in before_lifecycle.items()):
+        return None
+    return wanted
 
 
 def volume_policy(ring: dict) -> dict[str, str]:

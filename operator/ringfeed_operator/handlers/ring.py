@@ -10,7 +10,7 @@ import secrets
 import kopf
 
 from ringfeed.ring import ProvisionedRing
-from ringfeed_operator.builders.datacenter import datacenter, datacenter_spec, volume_policy
+from ringfeed_operator.builders.datacenter import datacenter, datacenter_update, volume_policy
 from ringfeed_operator.builders.network import ring_policy
 from ringfeed_operator.builders.ring import (
     DATACENTER_LABEL,
@@ -90,8 +90,8 @@ def reconcile(name: str, namespace: str, status: dict, meta: dict, body: dict, m
         policy = volume_policy(body)
         if any((dc["metadata"].get("annotations") or {}).get(key) != value for key, value in policy.items()):
             memo.kube.patch_custom(DATACENTERS, namespace, ring.datacenter, {"metadata": {"annotations": policy}})
-        settings = datacenter_spec(body, memo.config.rings)
-        if any(dc["spec"].get(key) != value for key, value in settings.items()):
+        settings = datacenter_update(dc["spec"], body, memo.config.rings)
+        if settings is not None:
             memo.kube.patch_custom(DATACENTERS, namespace, ring.datacenter, {"spec": settings})
             event(body, "DatacenterUpdated", f"CassandraDatacenter {ring.datacenter}: settings of the spec applied "
                                              "(cass-operator restarts the nodes one by one)")
