@@ -226,6 +226,12 @@ class Reader(threading.Thread):
         return self
 
 
+def split_manifest() -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": SPLIT},
+            "spec": {"dataset": DATASET, "ratios": [3, 1], "names": ["train", "val"], "groupBy": ["patient_id"],
+                     "seed": 5}}
+
+
 @pytest.fixture(scope="module")
 def ring(cluster: Cluster, ns: str, volumes, source: Path) -> dict:
     """The Ring (one node; the benchmark's replication factor of nodes when it runs), its Dataset ingested from
@@ -245,9 +251,7 @@ def ring(cluster: Cluster, ns: str, volumes, source: Path) -> dict:
                                        "path": "manifest.csv"},
                             "format": "manifest", "workers": 2, "concurrency": 16}}})
     wait_ready(cluster, ns, "datasets", DATASET, timeout_s=300)
-    create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": SPLIT},
-                                   "spec": {"dataset": DATASET, "ratios": [3, 1], "names": ["train", "val"],
-                                            "groupBy": ["patient_id"], "seed": 5}})
+    create(cluster, ns, "splits", split_manifest())
     wait_ready(cluster, ns, "splits", SPLIT)
     yield ring
     # The Ring is gone once cass-operator has removed its datacenter: before the release takes cass-operator away.
@@ -447,8 +451,48 @@ def test_an_upgrade_from_the_previous_release_keeps_the_ring_dataset_split_and_a
     cluster.kubectl("delete", "trainingjob", "upgraded", "-n", ns, "--wait=true")  # the Split's deletion guard
 
 
+def test_a_retained_rings_volumes_outlive_it_and_the_same_ring_created_again_finds_the_data(
+        cluster: Cluster, ns: str, ring: dict):
+    """deletionPolicy Retain, the default: deleting the Ring (after its Split and its Dataset, whose keyspace is
+    retained too) keeps the nodes' PersistentVolumeClaims; the Ring created again with the same name starts on them,
+    and a Dataset created again without an ingest finds every sample. The Split is made again too: the tests after
+    this one run on a Ring that this release made (the previous release's made the first)."""
+    samples = get(cluster, ns, "datasets", DATASET)["status"]["samples"]
+    assert samples > 0
+    dataset = get(cluster, ns, "datasets", DATASET)
+    split = get(cluster, ns, "splits", SPLIT)["status"]
+    cluster.kubectl("delete", "trainingjobs", "--all", "-n", ns, "--wait=true", "--timeout=120s", timeout=150)
+    for plural, name in (("splits", SPLIT), ("datasets", DATASET), ("rings", RING)):
+        cluster.kubectl("delete", plural, name, "-n", ns, "--wait=true", "--timeout=240s", timeout=270)
+    assert get(cluster, ns, "rings", RING) is None
+    # Its Secrets (credentials, certificates) go once their finalizer is lifted: none is left terminating, which
+    # would hold the namespace's deletion for ever.
+    cluster.wait("the Ring's Secrets gone", lambda: not cluster.core.list_namespaced_secret(
+        ns, label_selector=f"ringfeed.io/ring={RING}").items, timeout_s=60)
+    claims = cluster.core.list_namespaced_persistent_volume_claim(
+        ns, label_selector=f"cassandra.datastax.com/cluster={RING}").items
+    assert claims and all(claim.status.phase == "Bound" for claim in claims), "the nodes' volumes are kept"
+    kept = {claim.metadata.name for claim in claims}
+
+    create(cluster, ns, "rings", ring_manifest(1))
+    wait_ready(cluster, ns, "rings", RING, timeout_s=NODE_START_S)
+    spec = {key: value for key, value in dataset["spec"].items() if key != "ingest"}
+    create(cluster, ns, "datasets", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Dataset",
+                                     "metadata": {"name": DATASET}, "spec": spec})
+    found = wait_ready(cluster, ns, "datasets", DATASET, timeout_s=300)
+    assert found["status"]["samples"] == samples, found["status"]
+    assert any(e.reason == "TablesAdopted" for e in events(cluster, ns, DATASET))
+    claims = cluster.core.list_namespaced_persistent_volume_claim(
+        ns, label_selector=f"cassandra.datastax.com/cluster={RING}").items
+    assert {claim.metadata.name for claim in claims} >= kept
+    create(cluster, ns, "splits", split_manifest())
+    made_again = wait_ready(cluster, ns, "splits", SPLIT)["status"]
+    assert made_again["contentHash"] == split["contentHash"]  # the same seed over the same samples
+
+
 def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
         cluster: Cluster, ns: str, ring: dict, source: Path, prometheus: Prometheus):
+    ring = get(cluster, ns, "rings", RING)
     status = ring["status"]
     assert status["datacenter"] == RING and status["service"] == f"{RING}-{RING}-service.{ns}.svc"
     dc = cluster.custom.get_namespaced_custom_object("cassandra.datastax.com", "v1beta1", ns, "cassandradatacenters",
@@ -458,6 +502,10 @@ def test_a_ring_serves_its_dataset_and_resizes_under_load_without_a_failed_read(
     image = dc["spec"]["serverImage"]
     assert re.fullmatch(rf"{REGISTRY}/ringfeed/cassandra-maac:5\.0\.9@sha256:[0-9a-f]{{64}}", image), image
     assert dc["spec"]["podTemplateSpec"]["spec"]["imagePullSecrets"] == [{"name": PULL_SECRET}]
+    # This release's node template (the Ring was made again above): a leaving node goes on gossiping before its drain.
+    node = next(c for c in dc["spec"]["podTemplateSpec"]["spec"]["containers"] if c["name"] == "cassandra")
+    assert node["lifecycle"]["preStop"]["exec"]["command"][:2] == ["sh", "-c"], node
+    assert node["lifecycle"]["preStop"]["exec"]["command"][2].startswith("sleep 10; exec curl"), node
     header, row = cluster.kubectl("get", "rings", RING, "-n", ns).stdout.splitlines()[:2]
     assert header.split()[:6] == ["NAME", "READY", "NODES", "DESIRED", "SCALING", "HELD"], header
     assert row.split()[:5] == [RING, "True", "1", "1", "False"], row
@@ -706,37 +754,3 @@ def test_bench_ring_scale(cluster: Cluster, ns: str, ring: dict):
     Path(BENCH_OUT).write_text(json.dumps({"timeline": loaded.timeline, "marks": marks, "failures": loaded.failures,
                                            "epochs": loaded.epochs, "samples": loaded.samples,
                                            "replication_factor": BENCH_RF}))
-
-
-def test_a_retained_rings_volumes_outlive_it_and_the_same_ring_created_again_finds_the_data(
-        cluster: Cluster, ns: str, ring: dict):
-    """deletionPolicy Retain, the default: deleting the Ring (after its Split and its Dataset, whose keyspace is
-    retained too) keeps the nodes' PersistentVolumeClaims; the Ring created again with the same name starts on them,
-    and a Dataset created again without an ingest finds every sample."""
-    samples = get(cluster, ns, "datasets", DATASET)["status"]["samples"]
-    assert samples > 0
-    dataset = get(cluster, ns, "datasets", DATASET)
-    cluster.kubectl("delete", "trainingjobs", "--all", "-n", ns, "--wait=true", "--timeout=120s", timeout=150)
-    for plural, name in (("splits", SPLIT), ("datasets", DATASET), ("rings", RING)):
-        cluster.kubectl("delete", plural, name, "-n", ns, "--wait=true", "--timeout=240s", timeout=270)
-    assert get(cluster, ns, "rings", RING) is None
-    # Its Secrets (credentials, certificates) go once their finalizer is lifted: none is left terminating, which
-    # would hold the namespace's deletion for ever.
-    cluster.wait("the Ring's Secrets gone", lambda: not cluster.core.list_namespaced_secret(
-        ns, label_selector=f"ringfeed.io/ring={RING}").items, timeout_s=60)
-    claims = cluster.core.list_namespaced_persistent_volume_claim(
-        ns, label_selector=f"cassandra.datastax.com/cluster={RING}").items
-    assert claims and all(claim.status.phase == "Bound" for claim in claims), "the nodes' volumes are kept"
-    kept = {claim.metadata.name for claim in claims}
-
-    create(cluster, ns, "rings", ring_manifest(1))
-    wait_ready(cluster, ns, "rings", RING, timeout_s=NODE_START_S)
-    spec = {key: value for key, value in dataset["spec"].items() if key != "ingest"}
-    create(cluster, ns, "datasets", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Dataset",
-                                     "metadata": {"name": DATASET}, "spec": spec})
-    found = wait_ready(cluster, ns, "datasets", DATASET, timeout_s=300)
-    assert found["status"]["samples"] == samples, found["status"]
-    assert any(e.reason == "TablesAdopted" for e in events(cluster, ns, DATASET))
-    claims = cluster.core.list_namespaced_persistent_volume_claim(
-        ns, label_selector=f"cassandra.datastax.com/cluster={RING}").items
-    assert {claim.metadata.name for claim in claims} >= kept
