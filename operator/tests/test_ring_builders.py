@@ -10,7 +10,13 @@ import math
 import pytest
 
 from ringfeed.ring import CredentialsSecret
-from ringfeed_operator.builders.datacenter import DELETE_PVC, datacenter, datacenter_update, heap_option
+from ringfeed_operator.builders.datacenter import (
+    DELETE_PVC,
+    datacenter,
+    datacenter_update,
+    heap_option,
+    stops_after_gossip,
+)
 from ringfeed_operator.builders.ring import (
     LATENCY_P99,
     READS_PER_SECOND,
@@ -138,6 +144,8 @@ def test_a_datacenter_is_patched_only_when_its_nodes_must_change_anyway():
         settings = datacenter_update(current, newer, RINGS)
         assert settings is not None and settings["serverImage"] == "mine/cassandra:5.0.9"
         assert settings["podTemplateSpec"] == datacenter(newer, RINGS)["spec"]["podTemplateSpec"]
+    assert stops_after_gossip(datacenter(RING, RINGS)["spec"])
+    assert not stops_after_gossip(made_before_the_lifecycle(RING)) and not stops_after_gossip({})
     # its size is a step's, never a settings patch's
     resized = datacenter(RING, RINGS)["spec"] | {"size": 5}
     assert datacenter_update(resized, RING, RINGS) is None

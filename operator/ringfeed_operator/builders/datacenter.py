@@ -43,6 +43,7 @@ SERVER_CONTAINER, BASE_CONFIG_CONTAINER, CONFIG_CONTAINER = "cassandra", "server
 # cass-operator's own preStop does (it adds none where one is given), over the Management API's mutual TLS.
 LEFT_GOSSIP_S = 10
 MAAC_CERTS = "/management-api-certs"
+# cass-operator's Management API port where the container names no "mgmt-api-http" port, as ours does not.
 DRAIN = (f"curl -X POST -s -k --cert {MAAC_CERTS}/tls.crt --key {MAAC_CERTS}/tls.key --cacert {MAAC_CERTS}/ca.crt "
          "-m 0 -o /dev/null --show-error --fail https://localhost:8080/api/v0/ops/node/drain")
 SERVER_LIFECYCLE = {"preStop": {"exec": {"command": ["sh", "-c", f"sleep {LEFT_GOSSIP_S}; exec {DRAIN}"]}}}
@@ -126,6 +127,12 @@ def datacenter_update(current: dict, ring: dict, rings: RingsConfig) -> dict | N
             all(current.get(key) == value for key, value in before_lifecycle.items()):
         return None
     return wanted
+
+
+def stops_after_gossip(dc_spec: dict) -> bool:
+    """Whether a datacenter's nodes have SERVER_LIFECYCLE (one made by Ringfeed 0.1.0 has not)."""
+    containers = ((dc_spec.get("podTemplateSpec") or {}).get("spec") or {}).get("containers") or []
+    return any(c.get("name") == SERVER_CONTAINER and c.get("lifecycle") == SERVER_LIFECYCLE for c in containers)
 
 
 def volume_policy(ring: dict) -> dict[str, str]:

@@ -10,7 +10,7 @@ import secrets
 import kopf
 
 from ringfeed.ring import ProvisionedRing
-from ringfeed_operator.builders.datacenter import datacenter, datacenter_update, volume_policy
+from ringfeed_operator.builders.datacenter import datacenter, datacenter_update, stops_after_gossip, volume_policy
 from ringfeed_operator.builders.network import ring_policy
 from ringfeed_operator.builders.ring import (
     DATACENTER_LABEL,
@@ -137,6 +137,11 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
     step = observed.step
     if decision.target is not None:
         step = _start_step(name, namespace, body, Step(observed.size, decision.target, now, reason), memo)
+        if not step.up and not stops_after_gossip(dc["spec"]):
+            event(body, "ScaleDownUnguarded", "this Ring's nodes were made without the stop hook of Ringfeed 0.2 "
+                  "(it comes with the next change that restarts them: image, heap, resources): once the step is "
+                  "done, check `nodetool status` on a remaining node; a node listed DL is removed with "
+                  "`nodetool assassinate <its address>`", warning=True)
         finished_at = None
     finished = _report(status, body, conditions, observed, decision, step, finished_at, floor, patch)
     metrics = memo.metrics
