@@ -121,18 +121,21 @@ def datacenter_update(current: dict, ring: dict, rings: RingsConfig) -> dict | N
     datacenter made before its nodes had SERVER_LIFECYCLE counts as current when nothing else differs: adding it would
     restart every node for it; it comes with the next change that restarts them anyway."""
     wanted = datacenter_spec(ring, rings)
-    before_lifecycle = copy.deepcopy(wanted)
-    del before_lifecycle["podTemplateSpec"]["spec"]["containers"][0]["lifecycle"]
-    if all(current.get(key) == value for key, value in wanted.items()) or \
-            all(current.get(key) == value for key, value in before_lifecycle.items()):
-        return None
-    return wanted
+    compared = wanted
+    if not stops_after_gossip(current):
+        compared = copy.deepcopy(wanted)
+        (_server_container(compared) or {}).pop("lifecycle")
+    return None if all(current.get(key) == value for key, value in compared.items()) else wanted
 
 
 def stops_after_gossip(dc_spec: dict) -> bool:
     """Whether a datacenter's nodes have SERVER_LIFECYCLE (one made by Ringfeed 0.1.0 has not)."""
+    return (_server_container(dc_spec) or {}).get("lifecycle") == SERVER_LIFECYCLE
+
+
+def _server_container(dc_spec: dict) -> dict | None:
     containers = ((dc_spec.get("podTemplateSpec") or {}).get("spec") or {}).get("containers") or []
-    return any(c.get("name") == SERVER_CONTAINER and c.get("lifecycle") == SERVER_LIFECYCLE for c in containers)
+    return next((c for c in containers if c.get("name") == SERVER_CONTAINER), None)
 
 
 def volume_policy(ring: dict) -> dict[str, str]:
