@@ -234,8 +234,12 @@ chart() { # [registry]: the packaged chart, pinned to the images pushed there, p
         "${options[@]}"
 }
 
+forget_native_library() { # target dir: the extension module's linked outputs, so that the next build links its own
+    rm -f "$1"/*/release/lib_native.so "$1"/*/release/deps/lib_native.so
+}
+
 previous() { # folder: e2e/upgrade/<version>: chart/ringfeed-<version>.tgz; python/ its ringfeed sdist, client and operator wheels
-    local folder released registry via auth_file ca_dir options=(--quiet) records wheels unpacked name id
+    local folder released registry via auth_file ca_dir options=(--quiet) records wheels unpacked target name id
     folder=$(cd "$1" && pwd) released=$(basename "$1")
     setup_buildah
     use_registry_to_push local
@@ -248,9 +252,14 @@ previous() { # folder: e2e/upgrade/<version>: chart/ringfeed-<version>.tgz; pyth
     unpacked=$(mktemp -d "$store/tmp/sdist.XXXXXX")
     tar -xzf "$folder/python/ringfeed-$released.tar.gz" -C "$unpacked"
     # This build's target dir: the locked dependencies are compiled there already, only the release's crate is built.
+    # A path crate's cdylib has no hash in its file name, so both releases write the same lib_native.so, and cargo
+    # (which compares mtimes) would take the other release's newer file as its own fresh output: it goes before and
+    # after, and each build links its own.
+    target=$repo/dataplane/native/target/manylinux
+    forget_native_library "$target"
     (cd "$unpacked/ringfeed-$released" && PATH=$(dirname "$python"):$PATH "$python" -m maturin build --release --quiet \
-        --zig --compatibility manylinux_2_28 --target-dir "$repo/dataplane/native/target/manylinux" --out "$wheels" \
-        >/dev/null)
+        --zig --compatibility manylinux_2_28 --target-dir "$target" --out "$wheels" >/dev/null)
+    forget_native_library "$target"
     rm -rf "$unpacked"
     for name in dataplane operator; do
         buildah bud --quiet --layers --pull=never --isolation chroot --build-arg BASE="$base" \
