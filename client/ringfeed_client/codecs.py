@@ -15,6 +15,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from ringfeed_client.cpus import cpu_count
+
 JPEG_MAGIC = b"\xff\xd8\xff"
 
 
@@ -65,10 +67,15 @@ class NvImageCodec:
 
         self.device = device
         self._nvimgcodec = nvimgcodec
+        # Its executor's threads (parsing, the CPU and hybrid backends' Huffman work) default to the node's cores,
+        # not the trainer container's CPU limit.
+        threads = cpu_count()
         if device.type == "cuda":
-            self._decoder = nvimgcodec.Decoder(device_id=device.index or 0, options=":fancy_upsampling=1")
+            self._decoder = nvimgcodec.Decoder(device_id=device.index or 0, max_num_cpu_threads=threads,
+                                               options=":fancy_upsampling=1")
         else:
             self._decoder = nvimgcodec.Decoder(device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY,
+                                               max_num_cpu_threads=threads,
                                                backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.CPU_ONLY)])
         # Planar RGB: the (3, h, w) layout both codecs hand; the stored orientation, as the loader's boxes are.
         self._params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB,

@@ -5,7 +5,6 @@ manifests render the same properties from here."""
 from __future__ import annotations
 
 import dataclasses
-import os
 
 ALLUXIO_VERSION = "2.9.6"
 UFS_ROOT = "ringfeed://ring/"
@@ -70,19 +69,6 @@ JAVA_17_FLAGS: tuple[str, ...] = (
     "--add-opens=java.security.jgss/sun.security.krb5=ALL-UNNAMED",
     "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
 )
-
-
-def cpu_count(cgroup_root: str = "/sys/fs/cgroup") -> int:
-    """CPUs this process may use: the cgroup v2 quota where one is set (a container's CPU limit), else the
-    affinity mask. The JVM sizes its thread pools from it (-XX:ActiveProcessorCount)."""
-    available = len(os.sched_getaffinity(0))
-    try:
-        quota, period = open(os.path.join(cgroup_root, "cpu.max")).read().split()
-    except (OSError, ValueError):
-        return available
-    if quota == "max":
-        return available
-    return max(1, min(available, -(-int(quota) // int(period))))
 
 
 def jvm_flags(heap: str, cpus: int) -> list[str]:

@@ -11,9 +11,10 @@ import os
 import subprocess
 from pathlib import Path
 
-from ringfeed.cache.preset import cpu_count, jvm_flags
+from ringfeed.cache.preset import jvm_flags
 from ringfeed.errors import RingfeedError
 from ringfeed.local.jars import cache_dir
+from ringfeed_client.cpus import cpu_count
 
 RUNTIME_ENV = "RINGFEED_ALLUXIO_RUNTIME"
 EXTENSION_JAR = "ringfeed-alluxio-ufs.jar"

@@ -107,7 +107,7 @@ def loader_flags(command):
         click.option("--concurrency", default=DEFAULTS.concurrency, show_default=True, type=COUNT,
                      help="Reads in flight."),
         click.option("--decode-threads", default=DEFAULTS.decode_threads, show_default=True, type=NON_NEGATIVE,
-                     help="Native decoder threads; 0: one per core, at most 8."),
+                     help="Native decoder threads; 0: one per CPU this process may use (its CPU limit), at most 8."),
         click.option("--consistency", type=click.Choice(CONSISTENCY_LEVELS, case_sensitive=False),
                      default=DEFAULTS.consistency, show_default=True, help="Consistency level of the reads."),
         click.option("--missing", type=click.Choice(MISSING_POLICIES), default=DEFAULTS.missing, show_default=True,

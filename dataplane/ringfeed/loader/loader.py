@@ -29,6 +29,7 @@ from ringfeed.loader.options import TENSOR, Decode, LoaderOptions
 from ringfeed.loader.plan import EpochPlan
 from ringfeed.schema import Encoding
 from ringfeed_client.batch import Blobs
+from ringfeed_client.cpus import cpu_count
 
 if TYPE_CHECKING:
     from ringfeed._native import Fetcher, WindowStats  # WindowStats: a TypedDict of the stub only
@@ -368,7 +369,7 @@ class Loader:
             decoding = {}
             if isinstance(decode, Decode):
                 decoding = dict(image_size=(decode.height, decode.width), channels=decode.channels, crop=decode.crop,
-                                decode_threads=self.options.decode_threads or min(8, os.cpu_count() or 1),
+                                decode_threads=self.options.decode_threads or min(8, cpu_count()),
                                 defer_decode=self.options.trainer_decode is not None)
                 if decode.random_crop is not None:
                     decoding.update(random_crop=decode.random_crop.native(), seed=self.options.seed)

@@ -128,7 +128,7 @@ class LoaderOptions:
     request_bytes: int = 512 * 1024
     """Bytes one read request asks for (samples grouped by owning node); 1 reads each sample alone."""
     decode_threads: int = 0
-    """Native decoder threads; 0: one per core, at most 8."""
+    """Native decoder threads; 0: one per CPU this process may use (a container's CPU limit), at most 8."""
     consistency: str = "ONE"
     """Read consistency level."""
     missing: str = "raise"

@@ -1,9 +1,8 @@
-"""The cache tier's Alluxio settings (pure): the tuned preset, loopback binds, the ring's mount options, CPUs."""
+"""The cache tier's Alluxio settings (pure): the tuned preset, loopback binds, the ring's mount options."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ from ringfeed.cache.preset import (
     TUNED_PRESET,
     UFS_ROOT,
     Placement,
-    cpu_count,
     fuse_options,
     jvm_flags,
     ring_mount_options,
@@ -68,14 +66,6 @@ def test_jvm_flags_size_the_jvm_to_the_cpus_and_block_cloud_metadata():
     flags = jvm_flags("1g", 3)
     assert flags[:2] == ["-Xmx1g", "-XX:ActiveProcessorCount=3"]
     assert "-Dcom.amazonaws.sdk.disableEc2Metadata=true" in flags
-
-
-@pytest.mark.parametrize(("cpu_max", "expected"), [("max 100000", None), ("150000 100000", 2), ("50000 100000", 1)])
-def test_cpu_count_follows_the_containers_cpu_limit(tmp_path, cpu_max, expected):
-    (tmp_path / "cpu.max").write_text(cpu_max + "\n")
-    available = len(os.sched_getaffinity(0))
-    assert cpu_count(str(tmp_path)) == min(available, expected or available)
-    assert cpu_count(str(tmp_path / "absent")) == available
 
 
 def test_a_login_needs_its_password_file():
