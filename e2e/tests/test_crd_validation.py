@@ -378,6 +378,8 @@ BAD = [
     # TrainingJob
     ("TrainingJob", "no-template", {"spec.template": DELETE}, "spec.template: Required value"),
     ("TrainingJob", "access-unknown", {"spec.access": "nfs"}, "spec.access: Unsupported value"),
+    ("TrainingJob", "posix-with-a-sidecar", {"spec.access": "posix", "spec.sidecar": {"resources": {"limits": {
+        "cpu": "1"}}}}, "spec.sidecar applies only with access sidecar"),
     ("TrainingJob", "ranks-per-pod-without-command",
      {"spec.ranksPerPod": 4, "spec.template.spec.containers.0.command": DELETE},
      "with ranksPerPod above 1 the trainer's command runs once per local rank"),
@@ -436,6 +438,17 @@ BAD = [
     ("Ring", "server-version-4", {"spec.serverVersion": "4.1.5"}, 'Unsupported value: "4.1.5"'),
     ("Ring", "heap-not-a-quantity", {"spec.heapSize": "4 GB"}, "spec.heapSize in body should match"),
     ("Ring", "storage-size-not-a-quantity", {"spec.storage.size": "lots"}, "spec.storage.size in body should match"),
+    ("Ring", "heap-too-small", {"spec.heapSize": "128Mi"}, "spec.heapSize must be at least 256Mi"),
+    ("Ring", "heap-zero", {"spec.heapSize": "0"}, "spec.heapSize must be at least 256Mi"),
+    ("Ring", "heap-as-large-as-the-memory-limit", {"spec.heapSize": "8Gi"},
+     "spec.heapSize must be below spec.resources.limits.memory"),
+    ("Ring", "storage-size-zero", {"spec.storage.size": "0"}, "spec.storage.size must be above 0"),
+    ("Ring", "limit-negative", {"spec.resources.limits.ephemeral-storage": "-1Gi"},
+     "spec.resources.limits: a quantity must not be negative"),
+    ("Ring", "request-negative", {"spec.resources.requests.cpu": "-2"},
+     "spec.resources.requests: a quantity must not be negative"),
+    ("Ring", "request-above-its-limit", {"spec.resources.requests.memory": "16Gi"},
+     "spec.resources: a request must not exceed its limit"),
     ("Ring", "autoscaling-bounds-crossed", {"spec.autoscaling.scaleDownBelow": 50000},
      "spec.autoscaling.scaleDownBelow must be lower than scaleUpAbove"),
     ("Ring", "autoscaling-latency-without-bounds", {"spec.autoscaling.metric": "ReadLatencyP99Micros"},
@@ -562,6 +575,10 @@ def test_dataset_schema_and_storage_layout_are_immutable_but_ingest_is_not(crds:
     assert "spec.replication.replicationFactor is immutable" in message
     message, _ = rejection(lambda: crds.patch(namespace, "Dataset", "slides", {"spec": {"keyspace": "slides_v2"}}))
     assert "spec.keyspace is immutable" in message
+    for storage in ({"external": None, "ring": {"name": "images"}}, {"external": None, "k8ssandra": {
+            "clusterName": "demo"}}):
+        message, _ = rejection(partial(crds.patch, namespace, "Dataset", "slides", {"spec": {"storage": storage}}))
+        assert "spec.storage: which ring a Dataset is on is immutable" in message
 
     patched = crds.patch(namespace, "Dataset", "slides", {"spec": {"ingest": {"workers": 16}}})
     assert patched["spec"]["ingest"]["workers"] == 16 and patched["metadata"]["generation"] == 2

@@ -235,15 +235,27 @@ class Kube:
         return cast(dict[str, Any], listed)["items"]
 
     def create_custom(self, group_version_plural: tuple[str, str, str], namespace: str, manifest: dict) -> bool:
-        """Create the object unless one of its name exists; → created."""
-        return _create_unless_exists(lambda: self._custom.create_namespaced_custom_object(
-            *group_version_plural[:2], namespace, group_version_plural[2], manifest))
+        """Create the object unless one of its name exists; → created. ObjectRejected: the API server refused it."""
+        try:
+            return _create_unless_exists(lambda: self._custom.create_namespaced_custom_object(
+                *group_version_plural[:2], namespace, group_version_plural[2], manifest))
+        except ApiException as error:
+            if error.status in REFUSALS:
+                raise ObjectRejected(f"{manifest['kind']} {manifest['metadata']['name']} refused by the API server: "
+                                     f"{api_message(error)}") from None
+            raise
 
     def patch_custom(self, group_version_plural: tuple[str, str, str], namespace: str, name: str,
                      patch: dict) -> None:
-        """A JSON merge patch (the client sends a dict body as one)."""
-        self._custom.patch_namespaced_custom_object(*group_version_plural[:2], namespace, group_version_plural[2],
-                                                    name, patch)
+        """A JSON merge patch (the client sends a dict body as one). ObjectRejected: the API server refused it."""
+        try:
+            self._custom.patch_namespaced_custom_object(*group_version_plural[:2], namespace,
+                                                        group_version_plural[2], name, patch)
+        except ApiException as error:
+            if error.status in REFUSALS:
+                raise ObjectRejected(f"{group_version_plural[2]} {name}: change refused by the API server: "
+                                     f"{api_message(error)}") from None
+            raise
 
     def delete_custom(self, group_version_plural: tuple[str, str, str], namespace: str, name: str) -> None:
         """Delete the object (already gone: nothing to do)."""

@@ -29,6 +29,7 @@ from ringfeed_operator.builders.dataset import (
     keyspace_owner,
     recount_status,
     refresh_due,
+    replicas_beyond_ring,
     ring_keyspace,
     same_tables,
     stats_status,
@@ -105,6 +106,19 @@ def test_a_keyspace_belongs_to_the_earliest_dataset_claiming_it_on_that_ring():
     assert keyspace_owner([*newcomers, holder]) == ("c", "tumour-slides")
     assert keyspace_owner([holder, claim("a", "tumour-slides", "2026-11-22T09:00:00Z", holds=True)]) == (
         "a", "tumour-slides")  # two holders (shared before ownership existed): the earliest
+
+
+@pytest.mark.parametrize(("factor", "max_nodes", "refused"), [
+    (None, None, False), (1, 1, False), (3, 3, False), (2, 1, True), (3, None, False), (4, None, True), (5, 4, True)])
+def test_a_ring_that_cannot_grow_to_the_replication_factor_is_named(factor, max_nodes, refused):
+    spec = {"storage": {"ring": {"name": "images"}}}
+    if factor is not None:
+        spec["replication"] = {"replicationFactor": factor}
+    ring = {"metadata": {"name": "images"}, "spec": {} if max_nodes is None else {"maxNodes": max_nodes}}
+    message = replicas_beyond_ring(spec, ring)
+    assert (message is not None) == refused
+    if refused:
+        assert f"replicationFactor {factor} needs {factor} nodes" in message and "Ring images" in message
 
 
 def test_existing_tables_match_when_only_class_names_grew():

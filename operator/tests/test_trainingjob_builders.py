@@ -20,6 +20,7 @@ from ringfeed_operator.builders.trainingjob import (
     SIDECAR,
     control_secret,
     decode_device,
+    decode_mismatch,
     phase,
     rank_job,
     rank_progress,
@@ -189,6 +190,22 @@ def test_decode_device_auto_is_gpu_where_the_template_asks_for_a_gpu(resources, 
     serve = ringfeed_cli.get_command(None, "serve")
     params = serve.make_context("serve", [a.replace("$(RINGFEED_POD_INDEX)", "0") for a in arguments[1:]]).params
     assert params["decode_device"] == device
+
+
+@pytest.mark.parametrize(("mode", "kind", "refused"), [
+    ("none", "jpeg", False), ("none", "raw", False), ("image", "jpeg", False), ("image", "png", False),
+    ("image", "tiff", False), ("image", "raw", True), ("tensor", "raw", False), ("tensor", "jpeg", True),
+    ("tensor", "png", True), ("tensor", "tiff", True)])
+def test_a_decode_mode_the_datasets_encoding_cannot_give_is_refused_before_any_pod_runs(mode, kind, refused):
+    dataset = copy.deepcopy(DATASET)
+    dataset["spec"]["schema"]["encoding"] = {"kind": kind}
+    decode = {"mode": mode, "width": 64, "height": 64} if mode == "image" else {"mode": mode}
+    message = decode_mismatch(trainingjob(loader={"decode": decode})["spec"], dataset)
+    assert (message is not None) == refused
+    if refused:
+        assert f"spec.loader.decode.mode {mode}" in message and dataset["metadata"]["name"] in message
+    # access posix reads the cache tier's files: no sidecar, no decode
+    assert decode_mismatch(trainingjob(access="posix", loader={"decode": decode})["spec"], dataset) is None
 
 
 def test_evaluation_resizes_carry_no_random_crop_flags():

@@ -46,6 +46,18 @@ def keyspace_in_use(keyspace: str, owner: tuple[str, str]) -> str:
             "immutable), or wait: it takes the keyspace over once the other Dataset is gone")
 
 
+def replicas_beyond_ring(spec: dict, ring: dict) -> str | None:
+    """Why a Ring cannot hold the Dataset's replicas (a replica per node, and the Ring never grows past
+    spec.maxNodes), or None."""
+    factor = (spec.get("replication") or {}).get("replicationFactor", 1)
+    most = ring["spec"].get("maxNodes", 3)
+    if factor <= most:
+        return None
+    return (f"spec.replication.replicationFactor {factor} needs {factor} nodes, and Ring {ring['metadata']['name']} "
+            f"has at most {most} (its spec.maxNodes): raise the Ring's maxNodes, or make this Dataset again with a "
+            "lower factor (it is immutable)")
+
+
 def dataset_schema(name: str, spec: dict) -> DatasetSchema:
     """The data plane's schema for a Dataset spec; raises RingfeedError with a message naming the problem."""
     schema = spec["schema"]

@@ -89,6 +89,23 @@ def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> lis
     return arguments
 
 
+def decode_mismatch(spec: dict, dataset: dict) -> str | None:
+    """Why spec.loader.decode cannot read the Dataset's samples (images decoded from raw tensors, tensors from
+    images), or None; the sidecar would refuse it only once the job's Pods run."""
+    if spec.get("access", "sidecar") != "sidecar":
+        return None
+    mode = ((spec.get("loader") or {}).get("decode") or {}).get("mode", "none")
+    kind = dataset["spec"]["schema"]["encoding"]["kind"]
+    name = dataset["metadata"]["name"]
+    if mode == "tensor" and kind != "raw":
+        return (f"spec.loader.decode.mode tensor needs a Dataset of raw tensors; Dataset {name} holds {kind} images: "
+                "use mode image (or none, the stored bytes)")
+    if mode == "image" and kind == "raw":
+        return (f"spec.loader.decode.mode image needs a Dataset of images; Dataset {name} holds raw tensors: use mode "
+                "tensor (or none, the stored bytes)")
+    return None
+
+
 def decode_device(spec: dict) -> str:
     """spec.loader.decode.device for the sidecar: ``auto`` is ``gpu`` when a container of the trainer's Pod asks for
     a GPU (``nvidia.com/gpu``, a MIG slice ``nvidia.com/mig-…``, ``amd.com/gpu``, ``gpu.intel.com/…``), else ``cpu``:

@@ -41,6 +41,7 @@ from ringfeed_operator.builders.dataset import (
     keyspace_owner,
     recount_status,
     refresh_due,
+    replicas_beyond_ring,
     ring_keyspace,
     same_tables,
     stats_status,
@@ -49,7 +50,7 @@ from ringfeed_operator.builders.dataset import (
 from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, ingest_policy, job_name
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import POLL_S, STORE_ERRORS, event, give_up, open_store
-from ringfeed_operator.kube import JobRejected, ObjectRejected, SecretNotFound
+from ringfeed_operator.kube import RINGS, JobRejected, ObjectRejected, SecretNotFound
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
 from ringfeed_operator.watched import job_of
 
@@ -114,6 +115,8 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     if "hostPath" in volume and not memo.config.jobs.allow_host_path:
         give_up(patch, conditions, generation, "InvalidSpec", "spec.ingest.source.volume.hostPath is not allowed "
                 "by this operator (Helm value jobs.allowHostPath); use a persistentVolumeClaim", permanent=True)
+    if "ring" in spec["storage"]:
+        _require_ring(namespace, spec, memo, patch, conditions, generation)
     store = open_store(memo, namespace, spec["storage"], patch, conditions, generation)
     try:
         with ring_errors(store.address):
@@ -149,6 +152,19 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     _observe(name, namespace, spec, {**status, **patch.status}, meta, body, store, memo, patch, conditions,
              len(splits_by_dataset.get((namespace, name), ())), namespace in cache_namespaces, jobs_by_name,
              force_refresh=True)
+
+
+def _require_ring(namespace: str, spec: dict, memo: Context, patch: kopf.Patch, conditions: Conditions,
+                  generation: int) -> None:
+    """The Ring a Dataset names exists and can hold its replicas; else say so, and look again (the Ring may come,
+    or grow its maxNodes)."""
+    name = spec["storage"]["ring"]["name"]
+    ring = memo.kube.read_custom(RINGS, namespace, name)
+    if ring is None:
+        give_up(patch, conditions, generation, "RingNotFound", f"Ring {name} does not exist in namespace {namespace}: "
+                "create it, or name another Ring in spec.storage.ring.name", permanent=False)
+    if message := replicas_beyond_ring(spec, ring):
+        give_up(patch, conditions, generation, "RingTooSmall", message, permanent=False, delay=30)
 
 
 def _grant_read(namespace: str, reader: CredentialsSecret, keyspace: str, store: Store, memo: Context,

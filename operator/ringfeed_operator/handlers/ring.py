@@ -43,9 +43,12 @@ from ringfeed_operator.builders.ring import (
 from ringfeed_operator.context import Context
 from ringfeed_operator.handlers.common import event, give_up
 from ringfeed_operator.handlers.ring_tls import ensure_certificates
+from ringfeed_operator.kube import ObjectRejected
 from ringfeed_operator.status import Conditions
 
 DATACENTERS = (DC_GROUP, DC_VERSION, DC_PLURAL)
+# Reasons the change handler gives up with until the spec changes: the timer leaves them in place.
+WAITING_FOR_SPEC = frozenset({"InvalidSpec", "DatacenterExists"})
 TASKS = (TASK_GROUP, TASK_VERSION, TASK_PLURAL)
 DELETION_RETRY_S = 10
 
@@ -78,23 +81,29 @@ def reconcile(name: str, namespace: str, status: dict, meta: dict, body: dict, m
         memo.kube.apply(namespace, ring_policy(body, {"matchLabels": {LABEL_RING: name}}, ring_labels(name),
                                                MAAC_METRICS_PORT, memo.config.network))
     dc = memo.kube.read_custom(DATACENTERS, namespace, ring.datacenter)
-    wanted = datacenter(body, memo.config.rings)
-    if dc is None:
-        memo.kube.create_custom(DATACENTERS, namespace, wanted)
-        event(body, "DatacenterCreated", f"CassandraDatacenter {ring.datacenter}: {wanted['spec']['size']} nodes of "
-                                         f"{wanted['spec']['serverImage']}")
-    elif not owned_by(dc, body):
-        give_up(patch, conditions, generation, "DatacenterExists", f"CassandraDatacenter {ring.datacenter} exists and "
-                "belongs to another object: delete it, or name the Ring otherwise", permanent=True)
-    else:
-        policy = volume_policy(body)
-        if any((dc["metadata"].get("annotations") or {}).get(key) != value for key, value in policy.items()):
-            memo.kube.patch_custom(DATACENTERS, namespace, ring.datacenter, {"metadata": {"annotations": policy}})
-        settings = datacenter_update(dc["spec"], body, memo.config.rings)
-        if settings is not None:
-            memo.kube.patch_custom(DATACENTERS, namespace, ring.datacenter, {"spec": settings})
-            event(body, "DatacenterUpdated", f"CassandraDatacenter {ring.datacenter}: settings of the spec applied "
-                                             "(cass-operator restarts the nodes one by one)")
+    try:
+        wanted = datacenter(body, memo.config.rings)
+        if dc is None:
+            memo.kube.create_custom(DATACENTERS, namespace, wanted)
+            event(body, "DatacenterCreated", f"CassandraDatacenter {ring.datacenter}: {wanted['spec']['size']} nodes "
+                                             f"of {wanted['spec']['serverImage']}")
+        elif not owned_by(dc, body):
+            give_up(patch, conditions, generation, "DatacenterExists", f"CassandraDatacenter {ring.datacenter} exists "
+                    "and belongs to another object: delete it, or name the Ring otherwise", permanent=True)
+        else:
+            policy = volume_policy(body)
+            if any((dc["metadata"].get("annotations") or {}).get(key) != value for key, value in policy.items()):
+                memo.kube.patch_custom(DATACENTERS, namespace, ring.datacenter, {"metadata": {"annotations": policy}})
+            settings = datacenter_update(dc["spec"], body, memo.config.rings)
+            if settings is not None:
+                memo.kube.patch_custom(DATACENTERS, namespace, ring.datacenter, {"spec": settings})
+                event(body, "DatacenterUpdated", f"CassandraDatacenter {ring.datacenter}: settings of the spec "
+                                                 "applied (cass-operator restarts the nodes one by one)")
+    except (ValueError, ObjectRejected) as error:  # a spec the schema let through, or one the datacenter's refuses
+        give_up(patch, conditions, generation, "InvalidSpec", f"spec: {error}", permanent=True)
+    if conditions.reason("Ready") in WAITING_FOR_SPEC:  # the changed spec is applied: the timer takes over
+        conditions.set("Ready", False, "NotServing", "spec applied: waiting for cass-operator's nodes")
+        patch.status["conditions"] = conditions.as_list()
     patch.status.update({
         "observedGeneration": generation, "datacenter": ring.datacenter, "service": ring.host(namespace),
         "selector": node_selector(name), "superuserSecret": ring.superuser_secret,
@@ -111,10 +120,10 @@ def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict, body:
           patch: kopf.Patch, datasets_by_ring: kopf.Index, **_) -> None:
     """Every few seconds: observe cass-operator's datacenter, let the autoscaler move spec.nodes, take the next step
     towards spec.nodes when the guards allow it, and say in status and events what happens and what waits."""
-    if status.get("observedGeneration") != meta["generation"]:
-        return  # the change handler has not applied the current spec yet
-    ring = ProvisionedRing(name)
     conditions = Conditions(status.get("conditions"), meta["generation"])
+    if status.get("observedGeneration") != meta["generation"] or conditions.reason("Ready") in WAITING_FOR_SPEC:
+        return  # the change handler has not applied the current spec yet, or the spec must change first
+    ring = ProvisionedRing(name)
     dc = memo.kube.read_custom(DATACENTERS, namespace, ring.datacenter)
     if dc is None:
         conditions.set("Ready", False, "DatacenterMissing", f"CassandraDatacenter {ring.datacenter} not found")

@@ -26,6 +26,7 @@ from ringfeed_operator.builders.trainingjob import (
     SIDECAR_PORT,
     control_secret,
     control_secret_name,
+    decode_mismatch,
     labels_of,
     phase,
     pod_ready,
@@ -80,6 +81,8 @@ def reconcile(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
     if dataset is None:
         give_up(patch, conditions, generation, "DatasetNotFound", f"Dataset {dataset_name} of Split {split_name} "
                 "does not exist", permanent=False, delay=10)
+    if message := decode_mismatch(spec, dataset):
+        give_up(patch, conditions, generation, "InvalidSpec", message, permanent=True)
     template = spec["template"].get("spec") or {}
     references = secret_references(template)
     forbidden = _forbidden_secrets(name, namespace, dataset, references, memo)
