@@ -330,6 +330,19 @@ def test_a_failed_ingest_and_an_infeasible_split_are_reported_once(cluster: Clus
     # Reported once; not run again until spec.ingest changes.
     assert [e.reason for e in events(cluster, ns, "broken")].count("IngestFailed") == 1
     assert len(cluster.batch.list_namespaced_job(ns, label_selector="ringfeed.io/dataset=broken").items) == 1
+    # A change of the spec, its tuning alone (as more memory would be), runs it again as another Job; the failed one
+    # goes. It fails again, and is reported again.
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "datasets", "broken",
+                                                  {"spec": {"ingest": {"workers": 2}}})
+    again = cluster.wait("the ingest run again, failed", lambda: (obj := get(cluster, ns, "datasets", "broken"))
+                         and obj["status"]["ingest"]["jobName"].endswith("-g2")
+                         and obj["status"]["ingest"].get("failedAt") and obj, timeout_s=120)
+    assert again["status"]["ingest"]["jobName"] != failed["status"]["ingest"]["jobName"]
+    cluster.wait("the failed Job gone", lambda: [job.metadata.name for job in cluster.batch.list_namespaced_job(
+        ns, label_selector="ringfeed.io/dataset=broken").items] == [again["status"]["ingest"]["jobName"]],
+                 timeout_s=60)
+    cluster.wait("reported again", lambda: [e.reason for e in events(cluster, ns, "broken")].count(
+        "IngestFailed") == 2, timeout_s=30)
 
     create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split",
                                    "metadata": {"name": "too-many-parts"},

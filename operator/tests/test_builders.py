@@ -23,6 +23,7 @@ from ringfeed_operator.builders.dataset import (
     catalog_name,
     dataset_schema,
     ingest_fingerprint,
+    ingest_job_suffix,
     ingest_summary_status,
     keyspace_claim,
     keyspace_in_use,
@@ -119,6 +120,30 @@ def test_a_ring_that_cannot_grow_to_the_replication_factor_is_named(factor, max_
     assert (message is not None) == refused
     if refused:
         assert f"replicationFactor {factor} needs {factor} nodes" in message and "Ring images" in message
+
+
+def ran(suffix: str, generation: int, end: str | None = None) -> dict:
+    recorded = {"jobName": f"slides-ingest-{suffix}", "generation": generation}
+    if end:
+        recorded[end] = "2026-11-30T06:00:00Z"
+    return recorded
+
+
+@pytest.mark.parametrize(("recorded", "generation", "wanted"), [
+    ({}, 1, "f1"),                                            # the first ingest
+    (ran("f1", 1), 1, "f1"),                                  # running: the same Job
+    (ran("f1", 1, "completedAt"), 2, None),                   # done; a tuning change runs nothing
+    (ran("f1", 1, "failedAt"), 1, None),                      # failed; nothing changed since: it waits
+    (ran("f1", 1, "failedAt"), 2, "f1-g2"),                   # failed, then more memory: run again, another Job
+    (ran("f1-g2", 2), 2, "f1-g2"),                            # that run again, running
+    (ran("f1-g2", 2, "failedAt"), 2, None),                   # failed again; nothing changed since
+    (ran("f1-g2", 2, "failedAt"), 4, "f1-g4"),                # failed again, changed again
+    (ran("f1-g2", 2, "completedAt"), 5, None),                # the run again done; tuning changes run nothing
+    (ran("f0", 1, "failedAt"), 2, "f1"),                      # other inputs after a failure
+    (ran("f0-g3", 3, "completedAt"), 4, "f1"),                # other inputs after a done run again
+])
+def test_a_failed_ingest_runs_again_once_the_spec_changes_and_a_done_one_never(recorded, generation, wanted):
+    assert ingest_job_suffix("f1", recorded, generation) == wanted
 
 
 def test_existing_tables_match_when_only_class_names_grew():

@@ -57,8 +57,9 @@ def _job(name: str, owner: dict, labels: dict, container: dict, config: JobsConf
     }
 
 
-def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, config: JobsConfig) -> dict:
-    """`ringfeed ingest` of spec.ingest.source into the Dataset's tables (re-running is safe: same UUIDs)."""
+def ingest_job(dataset: dict, catalog_name: str, suffix: str, config: JobsConfig) -> dict:
+    """`ringfeed ingest` of spec.ingest.source into the Dataset's tables (re-running is safe: same UUIDs); `suffix`
+    of its name: the inputs' fingerprint (``builders.dataset.ingest_job_suffix``)."""
     spec = dataset["spec"]
     ingest = spec["ingest"]
     name = dataset["metadata"]["name"]
@@ -82,7 +83,7 @@ def ingest_job(dataset: dict, catalog_name: str, fingerprint: str, config: JobsC
         "resources": ingest.get("resources") or config.resources.get("ingest", {}),
     }
     volume = {"name": "source", **ingest["source"]["volume"]}
-    return _job(job_name(name, "ingest", fingerprint), dataset, labels, container, config, [volume, *tls_volumes],
+    return _job(job_name(name, "ingest", suffix), dataset, labels, container, config, [volume, *tls_volumes],
                 scrape_annotations(INGEST_METRICS_PORT))
 
 

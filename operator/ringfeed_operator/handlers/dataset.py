@@ -35,6 +35,7 @@ from ringfeed_operator.builders.dataset import (
     catalog_name,
     dataset_schema,
     ingest_fingerprint,
+    ingest_job_suffix,
     ingest_summary_status,
     keyspace_claim,
     keyspace_in_use,
@@ -199,18 +200,18 @@ def _ensure_writer(name: str, namespace: str, body: dict, keyspace: str, store: 
 def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo: Context, patch,
                    conditions: Conditions) -> None:
     """The Job of the current spec.ingest exists, unless it already ran to an end (a finished Job that its TTL
-    removed is not run again; a failed one is retried only by changing spec.ingest)."""
-    fingerprint = ingest_fingerprint(spec["ingest"])
-    wanted = job_name(name, "ingest", fingerprint)
+    removed is not run again; a failed one runs again once the spec changes)."""
     recorded = status.get("ingest") or {}
-    if recorded.get("jobName") == wanted and (recorded.get("completedAt") or recorded.get("failedAt")):
+    suffix = ingest_job_suffix(ingest_fingerprint(spec["ingest"]), recorded, meta["generation"])
+    if suffix is None:
         return
+    wanted = job_name(name, "ingest", suffix)
     if recorded.get("jobName") and recorded["jobName"] != wanted:
         memo.kube.delete_jobs(namespace, f"job-name={recorded['jobName']}")  # the spec moved on: one ingest at a time
     if memo.config.network.enabled:
         memo.kube.apply(namespace, ingest_policy(body, memo.config.network))
     try:
-        _, created = memo.kube.ensure_job(namespace, ingest_job(body, catalog, fingerprint, memo.config.jobs))
+        _, created = memo.kube.ensure_job(namespace, ingest_job(body, catalog, suffix, memo.config.jobs))
     except JobRejected as error:
         give_up(patch, conditions, meta["generation"], "InvalidSpec", str(error), permanent=True)
     if created:
@@ -387,7 +388,8 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
             memo.metrics.job_outcomes.labels("ingest", "failed").inc()
             conditions.set("Degraded", True, "IngestFailed", f"Job {job} failed: {message}")
             patch.status["ingest"] = {**recorded, "failedAt": now_rfc3339()}
-        conditions.set("Ingesting", False, "JobFailed", f"Job {job} failed; change spec.ingest to run another")
+        conditions.set("Ingesting", False, "JobFailed", f"Job {job} failed; change the spec (spec.ingest: its "
+                       "inputs, resources, workers, …) to run it again")
         conditions.set("Ready", False, "IngestFailed", "the ingest Job failed; see the Degraded condition")
     else:
         conditions.set("Ingesting", False, "Completed" if state == "succeeded" else "NoIngest",
