@@ -263,7 +263,7 @@ up() {
     render_config
     registry_up
     # A fresh cluster each time: API objects and kubelet state go, pulled images stay in containerd's store.
-    rm -rf "$state/etcd" "$state/kubelet" "$state/pod-logs" "$state/run/ipam"
+    rm -rf "$state/etcd" "$state/kubelet" "$state/pod-logs" "$state/run/ipam" "$state/kube-cache"
 
     t=$(date +%s%N)
     start containerd /usr/bin/containerd --config "$state/etc/containerd.toml"
@@ -441,7 +441,7 @@ clean() {
 
 exec_in() { # CMD…: inside the namespace, with the cluster's kubeconfig and tools
     netns_exists || { echo "error: no cluster network namespace $NETNS; run: make cluster-up" >&2; exit 1; }
-    enter env KUBECONFIG="$state/kubeconfig" PATH="$bin:$PATH" "$@"
+    enter env KUBECONFIG="$state/kubeconfig" KUBECACHEDIR="$state/kube-cache" PATH="$bin:$PATH" "$@"
 }
 
 run_in() { # CMD…: like exec_in, making the namespace for the command when there is none

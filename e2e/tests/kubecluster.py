@@ -93,7 +93,10 @@ class Cluster:
             data={".dockerconfigjson": login}))
 
     def run(self, tool: str, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), HELM_CACHE_HOME=str(STATE / "helm" / "cache"),
+        # kubectl's discovery cache is the cluster's: one kept in $HOME outlives it, and a later cluster at the same
+        # address would be listed by what an earlier one served (`kubectl get ringfeed` without a kind added since).
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), KUBECACHEDIR=str(STATE / "kube-cache"),
+                   HELM_CACHE_HOME=str(STATE / "helm" / "cache"),
                    HELM_CONFIG_HOME=str(STATE / "helm" / "config"), HELM_DATA_HOME=str(STATE / "helm" / "data"),
                    HELM_REGISTRY_CONFIG=str(REGISTRY_LOGIN))
         result = subprocess.run([str(self.bin / tool), *args], env=env, capture_output=True, text=True,
