@@ -333,7 +333,7 @@ def test_a_failed_ingest_and_an_infeasible_split_are_reported_once(cluster: Clus
     # A change of the spec, its tuning alone (as more memory would be), runs it again as another Job; the failed one
     # goes. It fails again, and is reported again.
     cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "datasets", "broken",
-                                                  {"spec": {"ingest": {"workers": 2}}})
+                                                  {"spec": {"ingest": {"workers": 3}}})
     again = cluster.wait("the ingest run again, failed", lambda: (obj := get(cluster, ns, "datasets", "broken"))
                          and obj["status"]["ingest"]["jobName"].endswith("-g2")
                          and obj["status"]["ingest"].get("failedAt") and obj, timeout_s=120)
