@@ -275,9 +275,9 @@ class Kube:
         return [self._api.sanitize_for_serialization(pod)
                 for pod in self._core.list_namespaced_pod(namespace, label_selector=selector).items]
 
-    def delete_jobs(self, namespace: str, selector: str) -> None:
-        """Delete Jobs and, in the background, their Pods."""
-        for job in self._batch.list_namespaced_job(namespace, label_selector=selector).items:
+    def delete_jobs(self, namespace: str, selector: str, fields: str = "") -> None:
+        """Delete the Jobs of a label selector (and a field selector) and, in the background, their Pods."""
+        for job in self._batch.list_namespaced_job(namespace, label_selector=selector, field_selector=fields).items:
             try:
                 self._batch.delete_namespaced_job(_name(job), namespace, propagation_policy="Background")
             except ApiException as error:

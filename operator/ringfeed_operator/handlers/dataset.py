@@ -207,7 +207,8 @@ def _ensure_ingest(name, namespace, spec, status, meta, body, catalog: str, memo
         return
     wanted = job_name(name, "ingest", suffix)
     if recorded.get("jobName") and recorded["jobName"] != wanted:
-        memo.kube.delete_jobs(namespace, f"job-name={recorded['jobName']}")  # the spec moved on: one ingest at a time
+        # The spec moved on: one ingest at a time. (A Job has no job-name label, only its Pods have.)
+        memo.kube.delete_jobs(namespace, f"{LABEL_DATASET}={name}", fields=f"metadata.name={recorded['jobName']}")
     if memo.config.network.enabled:
         memo.kube.apply(namespace, ingest_policy(body, memo.config.network))
     try:
