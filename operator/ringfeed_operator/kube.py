@@ -4,9 +4,10 @@ between objects."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import kubernetes
@@ -45,6 +46,17 @@ def api_message(error: ApiException) -> str:
         return (json.loads(error.body or "{}") or {}).get("message") or str(error.reason)
     except ValueError:
         return str(error.reason)
+
+
+@contextlib.contextmanager
+def _refusals_rejected(what: str) -> Iterator[None]:
+    """The API server's refusal of `what` (invalid, forbidden) as ObjectRejected, in its own words."""
+    try:
+        yield
+    except ApiException as error:
+        if error.status in REFUSALS:
+            raise ObjectRejected(f"{what} refused by the API server: {api_message(error)}") from None
+        raise
 
 
 def _name(obj: V1Job | V1Pod) -> str:
@@ -156,13 +168,9 @@ class Kube:
         manifest when it differs; fields others own (the API server's defaults) are left alone."""
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         _, patch, _ = self._applied[kind]
-        try:
+        with _refusals_rejected(f"{kind} {name}"):
             patch(name, namespace, manifest, field_manager=FIELD_MANAGER, force=True,
                   _content_type="application/apply-patch+yaml")
-        except ApiException as error:
-            if error.status in REFUSALS:
-                raise ObjectRejected(f"{kind} {name} refused by the API server: {api_message(error)}") from None
-            raise
 
     def read_applied(self, namespace: str, kind: str, name: str) -> dict | None:
         read, _, _ = self._applied[kind]
@@ -236,26 +244,16 @@ class Kube:
 
     def create_custom(self, group_version_plural: tuple[str, str, str], namespace: str, manifest: dict) -> bool:
         """Create the object unless one of its name exists; → created. ObjectRejected: the API server refused it."""
-        try:
+        with _refusals_rejected(f"{manifest['kind']} {manifest['metadata']['name']}"):
             return _create_unless_exists(lambda: self._custom.create_namespaced_custom_object(
                 *group_version_plural[:2], namespace, group_version_plural[2], manifest))
-        except ApiException as error:
-            if error.status in REFUSALS:
-                raise ObjectRejected(f"{manifest['kind']} {manifest['metadata']['name']} refused by the API server: "
-                                     f"{api_message(error)}") from None
-            raise
 
     def patch_custom(self, group_version_plural: tuple[str, str, str], namespace: str, name: str,
                      patch: dict) -> None:
         """A JSON merge patch (the client sends a dict body as one). ObjectRejected: the API server refused it."""
-        try:
+        with _refusals_rejected(f"a change of {group_version_plural[2]} {name}"):
             self._custom.patch_namespaced_custom_object(*group_version_plural[:2], namespace,
                                                         group_version_plural[2], name, patch)
-        except ApiException as error:
-            if error.status in REFUSALS:
-                raise ObjectRejected(f"{group_version_plural[2]} {name}: change refused by the API server: "
-                                     f"{api_message(error)}") from None
-            raise
 
     def delete_custom(self, group_version_plural: tuple[str, str, str], namespace: str, name: str) -> None:
         """Delete the object (already gone: nothing to do)."""

@@ -101,16 +101,16 @@ def ingest_job_suffix(fingerprint: str, recorded: Mapping, generation: int) -> s
     """The suffix of the ingest Job the spec wants, or None where none is wanted: an ingest of these inputs already
     ran to an end and nothing asks for it again. A failed one runs again once the spec changed after it started (its
     tuning, say more memory, as much as its inputs); a run again is named by its generation, so it is another Job."""
-    ran = recorded.get("jobName")
-    suffixes = (fingerprint, f"{fingerprint}-g{recorded.get('generation')}")
-    same_inputs = ran is not None and any(ran.endswith(f"-ingest-{suffix}") for suffix in suffixes)
-    if not same_inputs:
+    ran = recorded.get("jobName") or ""
+    last = next((suffix for suffix in (fingerprint, f"{fingerprint}-g{recorded.get('generation')}")
+                 if ran.endswith(f"-ingest-{suffix}")), None)  # the last Job's suffix, if it ingested these inputs
+    if last is None:
         return fingerprint
     if recorded.get("completedAt"):
         return None
     if recorded.get("failedAt"):
         return f"{fingerprint}-g{generation}" if generation > recorded.get("generation", generation) else None
-    return next(suffix for suffix in suffixes if ran.endswith(f"-ingest-{suffix}"))  # running
+    return last  # running
 
 
 def stats_status(info: DatasetInfo) -> dict:
