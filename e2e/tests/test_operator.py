@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from probes import check_isolated
 from ringfeed.local import LocalRing
-from ringfeed.splits import SplitSpec, load_split
+from ringfeed.splits import Filter, SplitSpec, load_split
 from ringfeed.splits.engine import compute_split
 
 from conftest import PATIENTS, SAMPLES_CLAIM, host_directory_claim
@@ -264,16 +264,21 @@ def test_dataset_ingests_and_becomes_ready(cluster: Cluster, ns: str, ring, stor
 
 
 def test_split_is_computed_with_the_engines_figures_and_is_immutable(cluster: Cluster, ns: str, store):
+    # Filter values with the characters an option syntax would split or unescape reach the Job unchanged.
+    odd_values = ["P,0", "it's \"x\"", "C:\\data\\P01", "k=v (1)"]
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": "by-patient"},
-            "spec": {"dataset": "slides", "ratios": [2, 1, 1], "groupBy": ["patient_id"], "seed": 7}}
+            "spec": {"dataset": "slides", "ratios": [2, 1, 1], "groupBy": ["patient_id"], "seed": 7,
+                     "filters": [{"column": "patient_id", "operator": "not in", "values": odd_values}]}}
     create(cluster, ns, "splits", body)
     split = wait_ready(cluster, ns, "splits", "by-patient")
     status = split["status"]
     stored = load_split(store, "slides", "by-patient")
+    wanted = SplitSpec(ratios=(2, 1, 1), group_by=("patient_id",), seed=7,
+                       filters=(Filter("patient_id", "not in", tuple(odd_values)),))
+    assert stored.spec == wanted
     # The engine on the same metadata, here in the test, gives the same assignment.
     table = store.scan("slides", "metadata_by_nat", ["uuid", "label", "sample_bytes", "patient_id"])
-    expected = compute_split(table, SplitSpec(ratios=(2, 1, 1), group_by=("patient_id",), seed=7),
-                             ("normal", "tumor"))
+    expected = compute_split(table, wanted, ("normal", "tumor"))
     assert status["contentHash"] == stored.content_hash == expected.content_hash
     assert status["version"] == stored.version and status["splitId"] == str(stored.split_id)
     assert status["samples"] == sum(len(p) for p in expected.parts.values())
@@ -343,6 +348,14 @@ def test_a_failed_ingest_and_an_infeasible_split_are_reported_once(cluster: Clus
                  timeout_s=60)
     cluster.wait("reported again", lambda: [e.reason for e in events(cluster, ns, "broken")].count(
         "IngestFailed") == 2, timeout_s=30)
+    # A Pod no node can take says so in the condition, in the scheduler's words, instead of "running".
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "datasets", "broken", {"spec": {"ingest": {
+        "resources": {"requests": {"cpu": "5000", "memory": "64Mi"}}}}})
+    stuck = cluster.wait("Ingesting PodNotStarting", lambda: (obj := get(cluster, ns, "datasets", "broken"))
+                         and condition(obj, "Ingesting").get("reason") == "PodNotStarting" and obj, timeout_s=90)
+    message = condition(stuck, "Ingesting")["message"]
+    assert stuck["status"]["ingest"]["jobName"].endswith("-g3") and "Unschedulable" in message
+    assert "Insufficient cpu" in message, message
 
     create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split",
                                    "metadata": {"name": "too-many-parts"},

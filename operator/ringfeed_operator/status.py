@@ -81,3 +81,31 @@ def job_state(job: dict | None) -> str:
         if condition.get("status") == "True" and condition["type"] in ("Failed", "FailureTarget"):
             return "failed"
     return "running"
+
+
+# A container waits with these while it is being started; any other reason (ImagePullBackOff, ErrImagePull,
+# CreateContainerConfigError, CrashLoopBackOff, …) keeps it from starting until someone acts.
+STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+def pod_not_starting(pods: list[dict]) -> str | None:
+    """Why the newest of a Job's Pods cannot start ("Pod P: Unschedulable: 0/3 nodes are available: …"), or None
+    while it runs or is being started."""
+    if not pods:
+        return None
+    pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    name, status = pod["metadata"]["name"], pod.get("status") or {}
+    if status.get("phase") != "Pending":
+        return None
+    for condition in status.get("conditions") or ():
+        if condition["type"] == "PodScheduled" and condition.get("status") == "False":
+            return _joined(f"Pod {name}", condition.get("reason") or "Unschedulable", condition.get("message"))
+    for container in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] not in STARTING_REASONS:
+            return _joined(f"Pod {name}", f"container {container['name']}", waiting["reason"], waiting.get("message"))
+    return None
+
+
+def _joined(*parts: str | None) -> str:
+    return ": ".join(part for part in parts if part)

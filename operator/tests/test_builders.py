@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import re
 import uuid
 
+import click
 import numpy as np
 import pytest
 
-from ringfeed.cli.splits import spec_from_options, split_create
+from ringfeed.cli.splits import spec_from_json, split_create
 from ringfeed.errors import RingfeedError
 from ringfeed.ring import RingRef, RingSecrets
 from ringfeed.schema import Column, DatasetSchema, Encoding
@@ -36,6 +38,7 @@ from ringfeed_operator.builders.dataset import (
     stats_status,
 )
 from ringfeed_operator.builders.jobs import TTL_SECONDS_AFTER_FINISHED, ingest_job, job_name, split_job
+from ringfeed_operator.builders.meta import bounded_name
 from ringfeed_operator.builders.ring import ring_env
 from ringfeed_operator.builders.split import split_arguments, split_spec, split_status
 from ringfeed_operator.config import JobsConfig
@@ -205,10 +208,15 @@ def test_ingest_job_runs_ringfeed_ingest_with_the_spec_and_the_secret():
         "resources"] == {"requests": {"cpu": "4"}}
 
 
-def test_job_names_fit_a_label_value():
-    name = job_name("d" * 70, "ingest", "abcd1234")
-    assert len(name) <= 63 and name.endswith("-ingest-abcd1234")
-    assert job_name("a-b-", "split", "x") == "a-b-split-x"
+@pytest.mark.parametrize("length", [40, 50, 55, 62, 63])
+def test_names_cut_short_fit_a_label_value_and_stay_apart(length):
+    """Two 63-character owners differing only at the end never share a Job or a NetworkPolicy."""
+    first, second = "d" * (length - 1) + "a", "d" * (length - 1) + "b"
+    for make in (lambda owner: job_name(owner, "ingest", "abcd1234-g12"), lambda owner: bounded_name(owner, "-split")):
+        names = make(first), make(second)
+        assert all(len(n) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", n) for n in names)
+        assert names[0] != names[1]
+    assert job_name("a-b-", "split", "x") == "a-b-split-x"  # a name that fits is kept whole
 
 
 SPLIT = {"dataset": "tumour-slides", "ratios": [7, 2, 1], "names": ["train", "val", "test"],
@@ -224,13 +232,24 @@ SPLIT = {"dataset": "tumour-slides", "ratios": [7, 2, 1], "names": ["train", "va
     {"dataset": "d", "folds": 5, "groupBy": ["patient_id"], "balance": {"mode": "equal"}},
     {"dataset": "d", "ratios": [8, 2]},
     {"dataset": "d", "ratios": [1], "filters": [{"column": "scanner", "operator": "==", "values": ["it's"]}]},
-], ids=["everything", "folds", "defaults", "quote-in-value"])
+    {"dataset": "d", "ratios": [1], "filters": [
+        {"column": "path", "operator": "in", "values": ["C:\\data\\a", "'both' \"quotes\"", "a, b", "(x)"]},
+        {"column": "site", "operator": "!=", "values": ["'007'"]},
+        {"column": "note", "operator": "==", "values": ["ünïcödé ✓"]}]},
+    {"dataset": "d", "ratios": [1], "balance": {"mode": "weights", "weights": {"a,b": 1, "k=v": 2, " padded ": 3}}},
+], ids=["everything", "folds", "defaults", "quote-in-value", "backslash-quotes-commas", "separators-in-labels"])
 def test_split_job_options_reproduce_the_spec_exactly(spec):
-    """The Job's `ringfeed split create` options, parsed by the real CLI, give the operator's SplitSpec."""
+    """The Job's `ringfeed split create` options, parsed by the real CLI, give the operator's SplitSpec: whatever
+    characters its labels and filter values hold."""
     wanted = split_spec(spec)
-    params = split_create.make_context("create", ["dataset", "name", *split_arguments(wanted)]).params
-    del params["dataset"], params["name"]
-    assert spec_from_options(**params) == wanted
+    context = split_create.make_context("create", ["dataset", "name", *split_arguments(wanted)])
+    assert spec_from_json(context, context.params["spec_json"]) == wanted
+
+
+def test_split_spec_json_stands_alone():
+    context = split_create.make_context("create", ["dataset", "name", "--seed=3", "--spec-json={}"])
+    with pytest.raises(click.UsageError, match="leave out --seed"):
+        spec_from_json(context, "{}")
 
 
 def test_split_spec_values_take_their_written_types():

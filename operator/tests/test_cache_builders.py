@@ -56,7 +56,9 @@ def test_every_object_is_owned_by_the_dataset_and_named_after_it():
         "Service", "StatefulSet", "DaemonSet", "DaemonSet"]  # policies off: none
     for obj in objects:
         assert obj["metadata"]["ownerReferences"][0]["uid"] == DATASET["metadata"]["uid"]
-    assert len(object_name("d" * 70, "worker")) <= 63
+    long_names = "d" * 62 + "a", "d" * 62 + "b"
+    assert len({object_name(name, "worker") for name in long_names}) == 2
+    assert all(len(object_name(name, "worker")) <= 63 for name in long_names)
 
 
 def test_the_master_and_workers_read_the_ring_the_fuse_process_never_does():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import math
+import re
 
 import pytest
 
@@ -15,6 +16,7 @@ from ringfeed_operator.builders.datacenter import (
     datacenter,
     datacenter_update,
     heap_option,
+    node_resources,
     stops_after_gossip,
 )
 from ringfeed_operator.builders.ring import (
@@ -173,6 +175,26 @@ def test_heap_sizes_become_jvm_options(quantity, option):
             heap_option(quantity)
     else:
         assert heap_option(quantity) == option
+
+
+@pytest.mark.parametrize(("resources", "refused"), [
+    ({}, None),
+    ({"requests": {"cpu": "2", "memory": "4Gi"}}, None),  # no limits: nothing to exceed
+    ({"requests": {"memory": "4Gi"}, "limits": {"memory": "4096Mi"}}, None),  # equal, spelt otherwise
+    ({"requests": {"cpu": "500m"}, "limits": {"cpu": "1", "memory": "1Gi"}}, None),
+    ({"requests": {"memory": "4Gi"}, "limits": {"memory": "2Gi"}}, "requests.memory (4Gi) is above"),
+    ({"requests": {"cpu": "1500m"}, "limits": {"cpu": "1"}}, "requests.cpu (1500m) is above"),
+    ({"requests": {"ephemeral-storage": "2G"}, "limits": {"ephemeral-storage": "1Gi"}}, "ephemeral-storage"),
+])
+def test_a_node_request_above_its_limit_is_refused(resources, refused):
+    ring = copy.deepcopy(RING)
+    ring["spec"]["resources"] = resources
+    if refused:
+        with pytest.raises(ValueError, match=re.escape(refused)):
+            datacenter(ring, RINGS)
+    else:
+        assert node_resources(resources) == resources
+        assert datacenter(ring, RINGS)["spec"]["resources"] == (resources or RINGS.resources)
 
 
 def test_secrets_and_cleanup_tasks_belong_to_the_ring():

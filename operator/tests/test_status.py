@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ringfeed_operator.status import Conditions, drop_unchanged_status, job_state
+from ringfeed_operator.status import Conditions, drop_unchanged_status, job_state, pod_not_starting
 
 
 def test_conditions_keep_transition_time_until_the_status_changes():
@@ -70,3 +70,41 @@ def test_an_incidental_field_goes_out_only_with_a_change():
     moved = {"status": {"samplesDelivered": 48, "observedAt": "2026-11-27T10:00:05Z"}}
     drop_unchanged_status(moved, status, incidental=("observedAt",))
     assert moved == {"status": {"samplesDelivered": 48, "observedAt": "2026-11-27T10:00:05Z"}}
+
+
+def _pod(name: str, created: str, phase: str = "Pending", conditions=(), containers=(), init_containers=()) -> dict:
+    return {"metadata": {"name": name, "creationTimestamp": created},
+            "status": {"phase": phase, "conditions": list(conditions), "containerStatuses": list(containers),
+                       "initContainerStatuses": list(init_containers)}}
+
+
+def _waiting(container: str, reason: str, message: str = "") -> dict:
+    return {"name": container, "state": {"waiting": {"reason": reason, "message": message}}}
+
+
+UNSCHEDULED = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+               "message": "0/3 nodes are available: 3 Insufficient cpu."}
+
+
+@pytest.mark.parametrize(("pods", "expected"), [
+    ([], None),
+    ([_pod("p", "2026-12-07T10:00:00Z", conditions=[UNSCHEDULED])],
+     "Pod p: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu."),
+    ([_pod("p", "2026-12-07T10:00:00Z", containers=[_waiting("ingest", "ImagePullBackOff", "Back-off pulling")])],
+     "Pod p: container ingest: ImagePullBackOff: Back-off pulling"),
+    ([_pod("p", "2026-12-07T10:00:00Z", init_containers=[_waiting("tls", "CreateContainerConfigError")])],
+     "Pod p: container tls: CreateContainerConfigError"),
+    ([_pod("p", "2026-12-07T10:00:00Z", containers=[_waiting("ingest", "ContainerCreating")])], None),
+    ([_pod("p", "2026-12-07T10:00:00Z", init_containers=[_waiting("tls", "PodInitializing")])], None),
+    ([_pod("p", "2026-12-07T10:00:00Z", phase="Running")], None),
+    ([_pod("p", "2026-12-07T10:00:00Z", phase="Failed")], None),
+    # the newest Pod speaks for the Job: an old one's reason is history
+    ([_pod("old", "2026-12-07T10:00:00Z", conditions=[UNSCHEDULED]), _pod("new", "2026-12-07T10:05:00Z",
+                                                                           phase="Running")], None),
+    ([_pod("old", "2026-12-07T10:00:00Z", phase="Failed"), _pod("new", "2026-12-07T10:05:00Z",
+                                                                 conditions=[UNSCHEDULED])],
+     "Pod new: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu."),
+], ids=["no-pods", "unschedulable", "image-pull", "init-config", "creating", "initializing", "running", "failed",
+        "newest-runs", "newest-unschedulable"])
+def test_a_pod_that_cannot_start_is_named_with_its_reason(pods, expected):
+    assert pod_not_starting(pods) == expected

@@ -38,9 +38,12 @@ def split():
               help="Metadata filter (repeatable, all must hold): 'slide_num < 5', \"scanner == 'aperio'\", "
                    "'label in (0, 1)'.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Another seed gives another assignment.")
+@click.option("--spec-json", default=None, metavar="JSON",
+              help="All of the above as one JSON object, the \"spec\" of `split show --json` (the operator's split "
+                   "Jobs pass this: any label or value survives it unchanged). Not with the other options.")
 @click.pass_context
 def split_create(ctx, dataset, name, ratios, folds, names, group_by, balance, max_samples, max_per_part, filters,
-                 seed):
+                 seed, spec_json):
     """Compute split NAME of DATASET and store it.
 
     Groups never straddle parts; classes follow --balance within every part; rows are drawn round-robin across
@@ -55,7 +58,8 @@ def split_create(ctx, dataset, name, ratios, folds, names, group_by, balance, ma
     """
     from ringfeed.splits import create_split
 
-    spec = spec_from_options(ratios, folds, names, group_by, balance, max_samples, max_per_part, filters, seed)
+    spec = (spec_from_json(ctx, spec_json) if spec_json is not None else
+            spec_from_options(ratios, folds, names, group_by, balance, max_samples, max_per_part, filters, seed))
     with open_store(ctx) as store:
         check_text_filters(spec.filters, store.schema(dataset))
         expected = store.info(dataset).samples
@@ -68,8 +72,28 @@ def split_create(ctx, dataset, name, ratios, folds, names, group_by, balance, ma
                   f"identical to version {stored.version} (same parameters and content): nothing stored")
 
 
+def spec_from_json(ctx: click.Context, text: str):
+    """The SplitSpec of --spec-json, which stands for every other option of `split create`."""
+    import json
+
+    from ringfeed.splits import SplitSpec
+
+    given = [f"--{param.name.replace('_', '-')}" for param in ctx.command.params
+             if isinstance(param, click.Option) and param.name != "spec_json"
+             and ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"--spec-json stands for the other options: leave out {', '.join(given)}")
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        return SplitSpec.from_dict(raw)
+    except (ValueError, KeyError, TypeError) as error:
+        raise click.BadParameter(f"not a split spec: {error}", param_hint="--spec-json") from error
+
+
 def spec_from_options(ratios, folds, names, group_by, balance, max_samples, max_per_part, filters, seed):
-    """The SplitSpec that `split create`'s options describe (the operator's split Jobs pass these options)."""
+    """The SplitSpec that `split create`'s options describe."""
     from ringfeed.splits import Filter, SplitSpec, parse_weights
 
     if ratios and folds:

@@ -61,6 +61,16 @@ class Filter:
             values = (parse_scalar(rest, text),)
         return cls(column, op, values)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"column": self.column, "op": self.op, "values": list(self.values)}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | str) -> Filter:
+        """The form ``to_dict`` gives; a string is a filter stored by Ringfeed 0.1.0, which kept them as text."""
+        if isinstance(raw, str):
+            return cls.parse(raw)
+        return cls(raw["column"], raw["op"], tuple(raw["values"]))
+
     def __str__(self) -> str:
         shown = [repr(v) if isinstance(v, str) else str(v) for v in self.values]
         return f"{self.column} {self.op} " + (f"({', '.join(shown)})" if self.op in ("in", "not in") else shown[0])
@@ -191,7 +201,7 @@ class SplitSpec:
             "group_by": list(self.group_by),
             "balance": self.balance if isinstance(self.balance, str) else [list(b) for b in self.balance],
             "max_samples": self.max_samples, "max_per_part": [list(m) for m in self.max_per_part],
-            "filters": [str(f) for f in self.filters], "seed": self.seed,
+            "filters": [f.to_dict() for f in self.filters], "seed": self.seed,
         }
 
     def to_json(self) -> str:
@@ -206,7 +216,7 @@ class SplitSpec:
             balance=balance if isinstance(balance, str) else tuple((str(k), int(v)) for k, v in balance),
             max_samples=raw.get("max_samples") or 0,
             max_per_part=tuple((str(k), int(v)) for k, v in raw.get("max_per_part") or ()),
-            filters=tuple(Filter.parse(f) for f in raw.get("filters") or ()), seed=raw.get("seed") or 0,
+            filters=tuple(Filter.from_dict(f) for f in raw.get("filters") or ()), seed=raw.get("seed") or 0,
         )
 
     @classmethod

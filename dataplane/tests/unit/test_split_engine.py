@@ -278,10 +278,28 @@ def test_infeasible_requests_are_named(spec, message):
     assert message in str(error.value)
 
 
-def test_spec_json_round_trip():
-    spec = SplitSpec(ratios=(8, 1, 1), group_by=("patient", "slide"), balance=(("normal", 1), ("tumor", 2)),
-                     max_samples=1000, max_per_part=(("val", 100),), filters=(Filter.parse("slide < 5"),), seed=9)
+SCALARS = st.one_of(st.text(), st.integers(), st.floats(allow_nan=False), st.booleans())
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(SCALARS, min_size=1, max_size=4), labels=st.lists(st.text(), min_size=1, max_size=3,
+                                                                          unique=True))
+def test_spec_json_round_trip(values, labels):
+    """Any label and any filter value, whatever characters it holds (quotes, backslashes, commas, '='), comes back
+    as it was: the operator's split Jobs get their spec this way."""
+    spec = SplitSpec(ratios=(8, 1, 1), group_by=("patient", "slide"),
+                     balance=tuple((label, index + 1) for index, label in enumerate(labels)),
+                     max_samples=1000, max_per_part=(("val", 100),),
+                     filters=(Filter("site", "in", tuple(values)), Filter("slide", "<", (5,))), seed=9)
     assert SplitSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_spec_stored_by_0_1_0_is_read():
+    """0.1.0 kept filters as text."""
+    stored = ('{"balance": "natural", "filters": ["slide < 5", "scanner in (\'aperio\', 2)"], "folds": 0, '
+              '"group_by": [], "max_per_part": [], "max_samples": 0, "names": ["train", "val"], "ratios": [8, 2], '
+              '"seed": 3}')
+    assert SplitSpec.from_json(stored).filters == (Filter("slide", "<", (5,)), Filter("scanner", "in", ("aperio", 2)))
 
 
 # -- quality of the assignment ----------------------------------------------------------------------------------------

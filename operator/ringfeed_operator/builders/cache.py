@@ -20,6 +20,7 @@ from ringfeed_operator.builders.meta import (
     LABEL_DATASET,
     LABEL_MANAGED_BY,
     MANAGER,
+    bounded_name,
     owner_reference,
     pull_secrets,
 )
@@ -61,8 +62,7 @@ def cache_spec(dataset: Mapping[str, Any]) -> dict | None:
 
 
 def object_name(dataset: str, role: str) -> str:
-    tail = f"-cache-{role}"
-    return dataset[: 63 - len(tail)].rstrip("-.") + tail
+    return bounded_name(dataset, f"-cache-{role}")
 
 
 def master_address(dataset: str, namespace: str) -> str:

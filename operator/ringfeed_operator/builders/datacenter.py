@@ -108,12 +108,23 @@ def datacenter_spec(ring: dict, rings: RingsConfig) -> dict:
                                                      "lifecycle": SERVER_LIFECYCLE,
                                                      "volumeMounts": [mount]}],
                                      "volumes": [volume], **pull_secrets(rings.image_pull_secrets)}},
-        "resources": spec.get("resources") or rings.resources,
+        "resources": node_resources(spec.get("resources") or rings.resources),
         "configBuilderResources": CONFIG_BUILDER_RESOURCES,
         "config": {"jvm-server-options": {"initial_heap_size": heap, "max_heap_size": heap},
                    # Logins and grants, whatever the image's defaults: the loaders' role may only read.
                    "cassandra-yaml": {**AUTH_SETTINGS, **encryption_settings()}},
     }
+
+
+def node_resources(resources: dict) -> dict:
+    """The nodes' resources, as given; ValueError where a request is above its limit, which the API server would
+    refuse for every node's Pod, out of the Ring's sight, inside cass-operator."""
+    limits = resources.get("limits") or {}
+    for name, request in (resources.get("requests") or {}).items():
+        if name in limits and quantity(request) > quantity(limits[name]):
+            raise ValueError(f"resources.requests.{name} ({request}) is above resources.limits.{name} "
+                             f"({limits[name]}): a request may not exceed its limit")
+    return resources
 
 
 def datacenter_update(current: dict, ring: dict, rings: RingsConfig) -> dict | None:

@@ -10,6 +10,7 @@ from ringfeed_operator.builders.meta import (
     LABEL_MANAGED_BY,
     LABEL_SPLIT,
     MANAGER,
+    bounded_name,
     owner_reference,
     pull_secrets,
     scrape_annotations,
@@ -20,13 +21,11 @@ from ringfeed_operator.config import JobsConfig, NetworkConfig
 
 SOURCE_MOUNT = "/data"
 TTL_SECONDS_AFTER_FINISHED = 86400  # a finished Job, its Pods and their logs stay a day
-MAX_NAME = 63  # a Job's name becomes a Pod label value
 INGEST_METRICS_PORT = 9102  # `ringfeed ingest --metrics-port`: progress and rejects while the Job runs
 
 
 def job_name(owner: str, role: str, suffix: str) -> str:
-    tail = f"-{role}-{suffix}"
-    return owner[: MAX_NAME - len(tail)].rstrip("-.") + tail
+    return bounded_name(owner, f"-{role}-{suffix}")
 
 
 def _job(name: str, owner: dict, labels: dict, container: dict, config: JobsConfig,
@@ -102,16 +101,11 @@ def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str
                 tls_volumes)
 
 
-def _policy_name(owner: str, role: str) -> str:
-    tail = f"-{role}"
-    return owner[: MAX_NAME - len(tail)].rstrip("-.") + tail
-
-
 def ingest_policy(dataset: dict, network: NetworkConfig) -> dict:
     """The NetworkPolicy of the Dataset's ingest Jobs: their metrics to the monitoring namespace, nothing else."""
     name = dataset["metadata"]["name"]
     labels = {LABEL_DATASET: name, LABEL_COMPONENT: "ingest"}
-    return job_policy(dataset, _policy_name(name, "ingest"), {"matchLabels": labels},
+    return job_policy(dataset, bounded_name(name, "-ingest"), {"matchLabels": labels},
                       {**labels, LABEL_MANAGED_BY: MANAGER}, INGEST_METRICS_PORT, network)
 
 
@@ -119,5 +113,5 @@ def split_policy(split: dict, network: NetworkConfig) -> dict:
     """The NetworkPolicy of the Split's Job: it serves nothing."""
     name = split["metadata"]["name"]
     labels = {LABEL_SPLIT: name, LABEL_COMPONENT: "split"}
-    return job_policy(split, _policy_name(name, "split"), {"matchLabels": labels},
+    return job_policy(split, bounded_name(name, "-split"), {"matchLabels": labels},
                       {**labels, LABEL_MANAGED_BY: MANAGER}, None, network)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 LABEL_DATASET = "ringfeed.io/dataset"
@@ -9,6 +10,16 @@ LABEL_SPLIT = "ringfeed.io/split"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "ringfeed-operator"
+MAX_NAME = 63  # a DNS label: Services, and Job names, which become Pod label values
+
+
+def bounded_name(owner: str, tail: str) -> str:
+    """``owner + tail`` in at most 63 characters. An owner name cut short ends in a hash of the whole name, so two
+    owners that share a long prefix never share an object."""
+    if len(owner) + len(tail) <= MAX_NAME:
+        return owner.rstrip("-.") + tail
+    digest = "-" + hashlib.sha256(owner.encode()).hexdigest()[:8]
+    return owner[: MAX_NAME - len(digest) - len(tail)].rstrip("-.") + digest + tail
 
 
 def owner_reference(body: dict) -> dict:

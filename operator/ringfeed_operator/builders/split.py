@@ -28,18 +28,9 @@ def split_spec(spec: dict) -> SplitSpec:
 
 
 def split_arguments(spec: SplitSpec) -> list[str]:
-    """`ringfeed split create` options that reproduce ``spec`` exactly."""
-    arguments = [f"--folds={spec.folds}"] if spec.folds else ["--ratios=" + ",".join(map(str, spec.ratios))]
-    arguments += ["--names=" + ",".join(spec.names), f"--seed={spec.seed}"]
-    arguments += [f"--group-by={column}" for column in spec.group_by]
-    arguments.append("--balance=" + (spec.balance if isinstance(spec.balance, str)
-                                     else ",".join(f"{label}={weight}" for label, weight in spec.balance)))
-    if spec.max_samples:
-        arguments.append(f"--max-samples={spec.max_samples}")
-    if spec.max_per_part:
-        arguments.append("--max-per-part=" + ",".join(f"{part}={cap}" for part, cap in spec.max_per_part))
-    arguments += [f"--where={f}" for f in spec.filters]
-    return arguments
+    """`ringfeed split create` options that reproduce ``spec`` exactly: JSON, which any label or filter value
+    survives (option syntax splits weights on ',' and '=')."""
+    return [f"--spec-json={spec.to_json()}"]
 
 
 def split_status(stored: StoredSplit) -> dict:

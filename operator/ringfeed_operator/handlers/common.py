@@ -10,7 +10,7 @@ from ringfeed.errors import RingfeedError, StorageNotSupported
 from ringfeed.store import Store
 from ringfeed_operator.context import Context
 from ringfeed_operator.kube import SecretNotFound
-from ringfeed_operator.status import Conditions
+from ringfeed_operator.status import Conditions, pod_not_starting
 
 POLL_S = 5.0  # how often Jobs and the catalog are looked at
 # Why a ring's Store cannot be had: a Secret missing, or the data plane's error (no such kind of ring yet, the ring
@@ -44,3 +44,11 @@ def open_store(memo: Context, namespace: str, storage: dict, patch: kopf.Patch, 
         give_up(patch, conditions, generation, "SecretNotFound", str(error), permanent=False)
     except RingfeedError as error:
         give_up(patch, conditions, generation, "RingUnreachable", str(error), permanent=False)
+
+
+def job_not_starting(memo: Context, namespace: str, job: dict) -> str | None:
+    """Why a running Job's Pod cannot start (not schedulable, its image not pulled, …), or None. Its Pods are
+    listed only while none is ready, which a running Job's Pod is as soon as it runs."""
+    if (job.get("status") or {}).get("ready"):
+        return None
+    return pod_not_starting(memo.kube.pods(namespace, f"job-name={job['metadata']['name']}"))

@@ -50,7 +50,7 @@ from ringfeed_operator.builders.dataset import (
 )
 from ringfeed_operator.builders.jobs import LABEL_DATASET, ingest_job, ingest_policy, job_name
 from ringfeed_operator.context import Context
-from ringfeed_operator.handlers.common import POLL_S, STORE_ERRORS, event, give_up, open_store
+from ringfeed_operator.handlers.common import POLL_S, STORE_ERRORS, event, give_up, job_not_starting, open_store
 from ringfeed_operator.kube import RINGS, JobRejected, ObjectRejected, SecretNotFound
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
 from ringfeed_operator.watched import job_of
@@ -377,7 +377,12 @@ def _observe(name, namespace, spec, status, meta, body, store: Store, memo: Cont
     just_finished = state == "succeeded" and not recorded.get("completedAt")
 
     if state in ("running", "missing"):
-        conditions.set("Ingesting", True, "JobRunning", f"Job {job} is ingesting {spec['ingest']['source']['path']}")
+        stuck = job_not_starting(memo, namespace, job_body) if job_body is not None else None
+        if stuck:
+            conditions.set("Ingesting", True, "PodNotStarting", f"Job {job} cannot start: {stuck}")
+        else:
+            conditions.set("Ingesting", True, "JobRunning",
+                           f"Job {job} is ingesting {spec['ingest']['source']['path']}")
         conditions.set("Ready", False, "Ingesting", "waiting for the ingest Job to finish")
     elif state == "pending":
         conditions.set("Ingesting", True, "JobPending", "the ingest Job is not made yet")

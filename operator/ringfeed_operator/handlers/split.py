@@ -23,7 +23,7 @@ from ringfeed_operator.builders.split import (
     split_status,
 )
 from ringfeed_operator.context import Context
-from ringfeed_operator.handlers.common import POLL_S, STORE_ERRORS, event, give_up, open_store
+from ringfeed_operator.handlers.common import POLL_S, STORE_ERRORS, event, give_up, job_not_starting, open_store
 from ringfeed_operator.kube import JobRejected
 from ringfeed_operator.status import Conditions, job_state
 from ringfeed_operator.watched import job_of
@@ -107,6 +107,12 @@ def watch_job(name: str, namespace: str, spec: dict, status: dict, meta: dict, b
         conditions.set("Ready", False, "Failed", f"Job {status['jobName']} failed: {message}")
     elif state == "missing":  # deleted by hand before it finished: made again
         _ensure_split_job(namespace, spec, body, split_spec(spec), memo, patch, conditions, generation)
+    elif state == "running" and job is not None:
+        stuck = job_not_starting(memo, namespace, job)
+        if stuck:
+            conditions.set("Ready", False, "PodNotStarting", f"Job {status['jobName']} cannot start: {stuck}")
+        else:
+            conditions.set("Ready", False, "Computing", f"Job {status['jobName']} is computing the split")
     elif state == "succeeded":
         dataset = memo.kube.read_object(namespace, "datasets", spec["dataset"])
         if dataset is None:
