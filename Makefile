@@ -44,14 +44,20 @@ help: ## Show this help
 deps: $(VENV)/.installed .cache/.cassandra ## Install everything: venv, native extension, Cassandra jars
 
 # The packages declare ranges; constraints.txt (the lock) gives the venv the exact versions CI tests, build
-# requirements (maturin, setuptools) included. The extension is _native.abi3.so: one left from an older build under
-# another name (_native.cpython-311-*.so) would be imported before it.
+# requirements (maturin, ziglang, setuptools) included. The extension is _native.abi3.so: one left from an older build
+# under another name (_native.cpython-311-*.so) would be imported before it.
+# The venv's extension is built as the wheel is (images/build.sh wheels): through zig for manylinux_2_28, in the same
+# target dir, for the same interpreter. So the venv tests the code the wheel ships, and `make wheels` finds every
+# crate compiled (a fresh build takes ~8 min on 2 cores, and was made twice). Without nasm libjpeg-turbo builds without
+# SIMD: in a target dir of its own, which the wheel never takes.
+NATIVE_TARGET = $(CURDIR)/dataplane/native/target/$(if $(shell command -v nasm),manylinux,manylinux-without-simd)
 $(VENV)/.installed: client/pyproject.toml dataplane/pyproject.toml operator/pyproject.toml constraints.txt $(NATIVE_SOURCES)
 	@scripts/require-tools.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --constraint constraints.txt --upgrade pip
+	$(PY) -m pip install --quiet --constraint constraints.txt --upgrade pip maturin ziglang setuptools
 	rm -f dataplane/ringfeed/_native.cpython-*.so
-	$(PY) -m pip install --quiet --constraint constraints.txt --build-constraint constraints.txt \
+	PATH=$(VENV)/bin:$$PATH MATURIN_PEP517_ARGS="--zig --compatibility manylinux_2_28 --target-dir $(NATIVE_TARGET)" \
+	  $(PY) -m pip install --quiet --no-build-isolation --constraint constraints.txt \
 	  -e client -e 'dataplane[test,torch]' -e operator
 	@touch $@
 
@@ -172,7 +178,8 @@ lint-shell: ## shellcheck -S warning on every tracked shell script (following th
 # come before the integration tests, which check them.
 test: ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	@mkdir -p .state && { nice -n 10 e2e/cluster/build-binaries.sh >.state/k8s-binaries.log 2>&1 & }
-	$(MAKE) --no-print-directory deps test-rust alluxio $(WANPROXY) prometheus node-packages wheels
+	$(MAKE) --no-print-directory node-packages  # nasm first: the venv's extension is the wheel's build (deps)
+	$(MAKE) --no-print-directory deps test-rust alluxio $(WANPROXY) prometheus wheels
 	$(PY) -m pytest --durations=15 client/tests dataplane/tests monitoring/tests
 	$(MAKE) --no-print-directory k8s-binaries images lint-security
 	$(PY) -m pytest --durations=5 operator/tests

@@ -84,10 +84,10 @@ build_wheels() { # ringfeed, ringfeed-client, ringfeed-operator and every depend
     rm -rf "$out" && mkdir -p "$out"
     # One wheel for any Linux x86_64 with glibc >= 2.28 and any CPython >= 3.11 (abi3): zig (PyPI's ziglang, the
     # venv's) links against glibc 2.28's symbols on any build host, OpenSSL is built in statically (the
-    # vendored-openssl feature, pyproject.toml), so the wheel needs no libssl of the host. Its own target dir: the
-    # venv's editable build (host linker) keeps its cache. A fresh build takes ~4.5 min on the 2-core machine.
+    # vendored-openssl feature, pyproject.toml), so the wheel needs no libssl of the host. The venv's editable build
+    # (make deps) is this one, in the same target dir for the same interpreter: what it compiled is packed here.
     (cd "$repo/dataplane" && PATH=$(dirname "$python"):$PATH "$python" -m maturin build --release --quiet --zig \
-        --compatibility manylinux_2_28 --target-dir native/target/manylinux --out "$out" >/dev/null)
+        --compatibility manylinux_2_28 --target-dir native/target/manylinux -i "$python" --out "$out" >/dev/null)
     # The pure wheels from a copy of the sources (their LICENSE links to the root's): setuptools' <project>/build in
     # the checkout keeps modules removed from the sources, and two builds at once would share it.
     local src; src=$(mktemp -d)
@@ -258,7 +258,7 @@ previous() { # folder: e2e/upgrade/<version>: chart/ringfeed-<version>.tgz; pyth
     target=$repo/dataplane/native/target/manylinux
     forget_native_library "$target"
     (cd "$unpacked/ringfeed-$released" && PATH=$(dirname "$python"):$PATH "$python" -m maturin build --release --quiet \
-        --zig --compatibility manylinux_2_28 --target-dir "$target" --out "$wheels" >/dev/null)
+        --zig --compatibility manylinux_2_28 --target-dir "$target" -i "$python" --out "$wheels" >/dev/null)
     forget_native_library "$target"
     rm -rf "$unpacked"
     for name in dataplane operator; do

@@ -56,9 +56,12 @@ class TorchvisionCodec:
         try:
             if jpeg:
                 return self._io.decode_jpeg(data, mode=mode, device=self.device)
-            return self._io.decode_image(data, mode=mode).to(self.device)
+            image = self._io.decode_image(data, mode=mode)
         except RuntimeError:
             return None
+        if image.dtype == torch.uint16:  # a 16-bit PNG: to 8 bits as the loader's CPU decoder rounds it
+            image = ((image.to(torch.int32) + 128) // 257).to(torch.uint8)
+        return image.to(self.device)
 
 
 class NvImageCodec:

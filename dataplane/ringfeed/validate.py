@@ -37,17 +37,50 @@ def _check_image_structure(data: bytes, kind: str) -> None:
     if kind == "jpeg":
         if not data.startswith(b"\xff\xd8\xff"):
             raise SampleRejected("corrupt", "not a JPEG (no start-of-image marker)")
-        # Some encoders pad after the end-of-image marker with zeros.
-        if not data.rstrip(b"\x00").endswith(b"\xff\xd9"):
-            raise SampleRejected("corrupt", "truncated JPEG (no end-of-image marker)")
+        if problem := _jpeg_problem(data):
+            raise SampleRejected("corrupt", problem)
     elif kind == "png":
         if not data.startswith(PNG_SIGNATURE):
             raise SampleRejected("corrupt", "not a PNG (bad signature)")
-        if data[-12:-8] != b"\x00\x00\x00\x00" or data[-8:-4] != b"IEND":
+        if not _png_ends(data):
             raise SampleRejected("corrupt", "truncated PNG (no IEND chunk)")
     elif kind == "tiff":
         if data[:4] not in (b"II*\x00", b"MM\x00*"):
             raise SampleRejected("corrupt", "not a TIFF (bad header)")
+
+
+def _jpeg_problem(data: bytes) -> str | None:
+    """Why a JPEG's framing is broken, or None: an end-of-image marker must follow the image data. The header's
+    segments are skipped by their lengths (an EXIF thumbnail in APP1 has an end marker of its own); in the
+    entropy-coded data after the first start-of-scan a 0xFF byte is followed by 0x00 or a restart marker, so FF D9
+    there is the end. Bytes after it are allowed: some encoders pad, and motion photos append a video."""
+    position = 2
+    while position + 4 <= len(data):
+        if data[position] != 0xFF:
+            return f"damaged JPEG header (no marker at byte {position})"
+        marker = data[position + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            position += 1
+            continue
+        length = int.from_bytes(data[position + 2:position + 4], "big")
+        if marker == 0xDA:  # start of scan: the image data follows its header
+            if data.find(b"\xff\xd9", position + 2 + length) == -1:
+                return "truncated JPEG (no end-of-image marker after its image data)"
+            return None
+        position += 2 + length
+    return "truncated JPEG (its header ends before any image data)"
+
+
+def _png_ends(data: bytes) -> bool:
+    """Whether the chunks, walked by their lengths, reach IEND within the bytes (anything after it is allowed)."""
+    position = len(PNG_SIGNATURE)
+    while position + 8 <= len(data):
+        length, kind = int.from_bytes(data[position:position + 4], "big"), data[position + 4:position + 8]
+        end = position + 12 + length  # length, type, data, CRC
+        if kind == b"IEND":
+            return end <= len(data)
+        position = end
+    return False
 
 
 def _decode(data: bytes, kind: str) -> None:

@@ -140,7 +140,7 @@ def test_the_control_token_reaches_the_sidecar_only():
 ])
 def test_sidecar_arguments_are_a_valid_ringfeed_serve_command(decode, expected):
     spec = trainingjob(loader={"batchSize": 32, "shuffle": False, "seed": 7, "decode": decode})["spec"]
-    arguments = sidecar_arguments(spec, "tumour_slides", "by-patient", 3)
+    arguments = sidecar_arguments(spec, "tumour_slides", "jpeg", "by-patient", 3)
     assert arguments[:3] == ["serve", "tumour_slides", "by-patient"]
     assert {"--batch-size=32", "--seed=7", "--no-shuffle", "--version=3", "--world-size=2", "--epochs=10"} <= set(
         arguments)
@@ -163,7 +163,7 @@ def test_a_random_crop_reaches_the_sidecar_as_the_fractions_it_stands_for(random
     decode = {"mode": "image", "width": 224, "height": 224, "resize": "random"}
     if random_crop is not None:
         decode["randomCrop"] = random_crop
-    arguments = sidecar_arguments(trainingjob(loader={"seed": 7, "decode": decode})["spec"], "d", "s", 1)
+    arguments = sidecar_arguments(trainingjob(loader={"seed": 7, "decode": decode})["spec"], "d", "jpeg", "s", 1)
     serve = ringfeed_cli.get_command(None, "serve")
     params = serve.make_context("serve", [a.replace("$(RINGFEED_POD_INDEX)", "0") for a in arguments[1:]]).params
     assert params["resize"] == "random"
@@ -185,8 +185,9 @@ def test_decode_device_auto_is_gpu_where_the_template_asks_for_a_gpu(resources, 
     job = trainingjob(loader={"decode": {"mode": "image", "width": 64, "height": 64, "device": "auto"}})
     if resources is not None:
         job["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
-    assert decode_device(job["spec"]) == device
-    arguments = sidecar_arguments(job["spec"], "d", "s", 1)
+    assert decode_device(job["spec"], "jpeg") == device
+    assert decode_device(job["spec"], "tiff") == "cpu"  # the GPU decoders read JPEG and PNG
+    arguments = sidecar_arguments(job["spec"], "d", "jpeg", "s", 1)
     serve = ringfeed_cli.get_command(None, "serve")
     params = serve.make_context("serve", [a.replace("$(RINGFEED_POD_INDEX)", "0") for a in arguments[1:]]).params
     assert params["decode_device"] == device
@@ -208,9 +209,22 @@ def test_a_decode_mode_the_datasets_encoding_cannot_give_is_refused_before_any_p
     assert decode_mismatch(trainingjob(access="posix", loader={"decode": decode})["spec"], dataset) is None
 
 
+@pytest.mark.parametrize(("device", "kind", "refused"), [
+    ("gpu", "jpeg", False), ("gpu", "png", False), ("gpu", "tiff", True), ("auto", "tiff", False),
+    ("cpu", "tiff", False)])
+def test_a_gpu_decode_of_an_encoding_the_gpu_decoders_cannot_read_is_refused(device, kind, refused):
+    dataset = copy.deepcopy(DATASET)
+    dataset["spec"]["schema"]["encoding"] = {"kind": kind}
+    decode = {"mode": "image", "width": 64, "height": 64, "device": device}
+    message = decode_mismatch(trainingjob(loader={"decode": decode})["spec"], dataset)
+    assert (message is not None) == refused
+    if refused:
+        assert "spec.loader.decode.device gpu" in message and kind in message
+
+
 def test_evaluation_resizes_carry_no_random_crop_flags():
     decode = {"mode": "image", "width": 224, "height": 224, "resize": "crop"}
-    arguments = sidecar_arguments(trainingjob(loader={"decode": decode})["spec"], "d", "s", 1)
+    arguments = sidecar_arguments(trainingjob(loader={"decode": decode})["spec"], "d", "jpeg", "s", 1)
     assert not [a for a in arguments if a.startswith(("--crop-", "--flip"))]
 
 

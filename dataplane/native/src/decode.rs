@@ -19,10 +19,14 @@ use uuid::Uuid;
 
 use crate::buffer::{Buffer, BufferPool};
 use crate::crop::{Crop, RandomCrop, dct_denominator, sample_key};
-use crate::jpeg::Decompressor;
+use crate::jpeg::{Decompressor, Refusal};
 use crate::lifecycle;
 use crate::metrics::PathMetrics;
 
+/// Pixels an image may have: what `image` decodes within its default allocation limit (512 MiB) at 3 bytes a pixel,
+/// and where Pillow's decompression-bomb error starts. A header declaring more is refused before anything is
+/// allocated, on every path: a bomb of a few kB would otherwise take gigabytes on each decoder thread.
+pub(crate) const MAX_IMAGE_PIXELS: u64 = 512 * 1024 * 1024 / 3;
 /// Samples decoded per decoder task.
 const DECODE_GROUP: usize = 8;
 /// Bytes per sample reserved for stored bytes until a batch has been read, and at least.
@@ -89,47 +93,87 @@ pub(crate) fn image_shape(height: u32, width: u32, channels: u8, fit: Fit) -> Re
 }
 
 /// Decodes a JPEG or PNG into `out` (height × width × channels, uint8), resized with a bilinear filter as
-/// `shape.fit` says; `key` (`crop::sample_key`) draws the sample's random crop (unused by the other fits).
+/// `shape.fit` says; `key` (`crop::sample_key`) draws the sample's random crop (unused by the other fits). A JPEG
+/// takes libjpeg-turbo, which decodes only the blocks the fit keeps, scaled down in the DCT domain where the target
+/// allows; the full decoder takes PNGs and the JPEGs libjpeg-turbo does not decode to RGB (CMYK, lossless, 12-bit).
 pub(crate) fn decode_image(encoded: &[u8], shape: &ImageShape, key: u64, out: &mut [u8]) -> Result<(), String> {
-    match shape.fit {
-        Fit::Random(random) if is_jpeg(encoded) => {
-            // libjpeg-turbo refuses a few JPEGs the full decoder reads (CMYK, repaired data): those take its path.
-            fused_random_crop(encoded, shape, &random, key, out)
-                .or_else(|_| full_random_crop(encoded, shape, &random, key, out))
+    if is_jpeg(encoded) {
+        match fused_decode(encoded, shape, key, out) {
+            Err(Refusal::Unsupported(_)) => {}
+            decoded => return decoded.map_err(Refusal::into_message),
         }
+    }
+    decode_whole(encoded, shape, key, out)
+}
+
+/// The whole image decoded, then fitted: the path of PNGs, and the reference the fused decode is measured against.
+pub(crate) fn decode_whole(encoded: &[u8], shape: &ImageShape, key: u64, out: &mut [u8]) -> Result<(), String> {
+    match shape.fit {
         Fit::Random(random) => full_random_crop(encoded, shape, &random, key, out),
         Fit::Stretch | Fit::CentreCrop => decode_and_fit(encoded, shape, out),
     }
 }
 
-/// The part of an image the decode to `shape` takes (left, top, width, height, in the image's pixels) and whether it
-/// mirrors it (1), read from the image's header alone: the random crop of `key`, the evaluation's centre crop (the
-/// box the resizer's `fit_into_destination` takes, rounded to whole pixels), or the whole image.
-pub(crate) fn image_box(encoded: &[u8], shape: &ImageShape, key: u64) -> Result<[i32; 5], String> {
+/// Refuses an image whose header declares no pixels, or more than `MAX_IMAGE_PIXELS`.
+pub(crate) fn check_image_size(width: u32, height: u32) -> Result<(), String> {
+    if width == 0 || height == 0 {
+        return Err(format!("bad image size {width}x{height}"));
+    }
+    if u64::from(width) * u64::from(height) > MAX_IMAGE_PIXELS {
+        return Err(format!("its header declares {width}x{height} pixels, more than the {MAX_IMAGE_PIXELS} an image \
+                            may have"));
+    }
+    Ok(())
+}
+
+/// An image's size from its header alone, checked.
+fn image_dimensions(encoded: &[u8]) -> Result<(u32, u32), String> {
     let (width, height) = image::ImageReader::new(std::io::Cursor::new(encoded))
         .with_guessed_format()
         .map_err(|err| format!("cannot read: {err}"))?
         .into_dimensions()
         .map_err(|err| format!("cannot decode: {err}"))?;
-    if width == 0 || height == 0 {
-        return Err(format!("bad image size {width}x{height}"));
-    }
-    let whole = Crop { left: 0, top: 0, width, height, flip: false };
-    let crop = match shape.fit {
-        Fit::Random(random) => random.crop(key, width, height),
-        Fit::Stretch => whole,
-        Fit::CentreCrop => {
-            let fitted = CropBox::fit_src_into_dst_size(width, height, shape.width, shape.height, Some((0.5, 0.5)));
-            let round = |at: f64, extent: u32| (at.round() as u32).min(extent);
-            let (left, top) = (round(fitted.left, width - 1), round(fitted.top, height - 1));
-            Crop {
-                left,
-                top,
-                width: round(fitted.width, width - left).max(1),
-                height: round(fitted.height, height - top).max(1),
-                flip: false,
-            }
+    check_image_size(width, height).map_err(|reason| format!("cannot decode: {reason}"))?;
+    Ok((width, height))
+}
+
+/// The part of a `width` × `height` image a fit takes (left, top, width, height: fractional for the centre crop, as
+/// the resizer takes it) and whether it mirrors it: the random crop of `key`, the centre at the target's aspect
+/// ratio, or the whole image.
+fn fit_area(shape: &ImageShape, key: u64, width: u32, height: u32) -> (CropBox, bool) {
+    match shape.fit {
+        Fit::Random(random) => {
+            let crop = random.crop(key, width, height);
+            let area = CropBox {
+                left: f64::from(crop.left),
+                top: f64::from(crop.top),
+                width: f64::from(crop.width),
+                height: f64::from(crop.height),
+            };
+            (area, crop.flip)
         }
+        Fit::CentreCrop => {
+            (CropBox::fit_src_into_dst_size(width, height, shape.width, shape.height, Some((0.5, 0.5))), false)
+        }
+        Fit::Stretch => {
+            (CropBox { left: 0.0, top: 0.0, width: f64::from(width), height: f64::from(height) }, false)
+        }
+    }
+}
+
+/// The part of an image the decode to `shape` takes (left, top, width, height, in the image's pixels) and whether it
+/// mirrors it (1), read from the image's header alone: `fit_area` rounded to whole pixels.
+pub(crate) fn image_box(encoded: &[u8], shape: &ImageShape, key: u64) -> Result<[i32; 5], String> {
+    let (width, height) = image_dimensions(encoded)?;
+    let (area, flip) = fit_area(shape, key, width, height);
+    let round = |at: f64, extent: u32| (at.round() as u32).min(extent);
+    let (left, top) = (round(area.left, width - 1), round(area.top, height - 1));
+    let crop = Crop {
+        left,
+        top,
+        width: round(area.width, width - left).max(1),
+        height: round(area.height, height - top).max(1),
+        flip,
     };
     let at = |value: u32| value as i32;
     Ok([at(crop.left), at(crop.top), at(crop.width), at(crop.height), i32::from(crop.flip)])
@@ -139,8 +183,10 @@ fn is_jpeg(encoded: &[u8]) -> bool {
     encoded.starts_with(&[0xff, 0xd8, 0xff])
 }
 
-/// The whole image decoded, as `channels` 1 (grey) or 3 (RGB).
+/// The whole image decoded, as `channels` 1 (grey) or 3 (RGB); its size checked first, since the conversion after
+/// the decode is outside the decoder's allocation limit.
 fn decode_full(encoded: &[u8], channels: u8) -> Result<DynamicImage, String> {
+    image_dimensions(encoded)?;
     let decoded = image::load_from_memory(encoded).map_err(|err| format!("cannot decode: {err}"))?;
     Ok(match channels {
         1 => DynamicImage::ImageLuma8(decoded.into_luma8()),
@@ -162,9 +208,8 @@ fn decode_and_fit(encoded: &[u8], shape: &ImageShape, out: &mut [u8]) -> Result<
     resize(&source, shape, options, out)
 }
 
-/// RandomResizedCrop the plain way (PNG, and JPEGs libjpeg-turbo refuses): the whole image decoded, then the crop
-/// resized and mirrored. Also the reference the fused path is measured against.
-pub(crate) fn full_random_crop(
+/// RandomResizedCrop the plain way: the whole image decoded, then the crop resized and mirrored.
+fn full_random_crop(
     encoded: &[u8],
     shape: &ImageShape,
     random: &RandomCrop,
@@ -186,16 +231,10 @@ pub(crate) fn full_random_crop(
     Ok(())
 }
 
-/// RandomResizedCrop fused into the JPEG decode: the crop drawn from the header's size, only its rows and MCU
-/// columns decoded, at 1/8, 1/4 or 1/2 scale when the crop keeps at least the target's pixels at it; the resize then
-/// takes the crop's exact (fractional) box out of the decoded region.
-fn fused_random_crop(
-    encoded: &[u8],
-    shape: &ImageShape,
-    random: &RandomCrop,
-    key: u64,
-    out: &mut [u8],
-) -> Result<(), String> {
+/// A JPEG decoded to `shape` by libjpeg-turbo: the fit's area (`fit_area`) drawn from the header's size, only its
+/// rows and MCU columns decoded, at 1/8, 1/4 or 1/2 scale when the area keeps at least the target's pixels at it; the
+/// resize then takes the area's exact (fractional) box out of the decoded region.
+fn fused_decode(encoded: &[u8], shape: &ImageShape, key: u64, out: &mut [u8]) -> Result<(), Refusal> {
     // One decompressor and one region buffer per decoder thread, reused image after image.
     thread_local! {
         static JPEG: std::cell::RefCell<Option<(Decompressor, Vec<u8>)>> = const { std::cell::RefCell::new(None) };
@@ -203,9 +242,9 @@ fn fused_random_crop(
     JPEG.with_borrow_mut(|state| {
         let (decompressor, pixels) = match state {
             Some(state) => state,
-            None => state.insert((Decompressor::new()?, Vec::new())),
+            None => state.insert((Decompressor::new().map_err(Refusal::Corrupt)?, Vec::new())),
         };
-        let decoded = fused_decode(decompressor, pixels, encoded, shape, random, key, out);
+        let decoded = fused_region_decode(decompressor, pixels, encoded, shape, key, out);
         if decoded.is_err() {
             // libjpeg can be left mid-image by a failure, and TurboJPEG then refuses every later image: start afresh.
             *state = None;
@@ -214,47 +253,48 @@ fn fused_random_crop(
     })
 }
 
-fn fused_decode(
+fn fused_region_decode(
     decompressor: &mut Decompressor,
     pixels: &mut Vec<u8>,
     encoded: &[u8],
     shape: &ImageShape,
-    random: &RandomCrop,
     key: u64,
     out: &mut [u8],
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let header = decompressor.header(encoded)?;
-    let crop = random.crop(key, header.width, header.height);
-    let denominator = dct_denominator(crop.width, crop.height, shape.width, shape.height);
+    let (area, flip) = fit_area(shape, key, header.width, header.height);
+    let denominator = dct_denominator(area.width as u32, area.height as u32, shape.width, shape.height);
     let scale = 1.0 / f64::from(denominator);
-    let scaled_floor = |at: u32| at / denominator;
-    let scaled_ceil = |at: u32| at.div_ceil(denominator);
-    let columns = (scaled_floor(crop.left), scaled_ceil(crop.left + crop.width));
-    let rows = (scaled_floor(crop.top), scaled_ceil(crop.top + crop.height));
-    let region = decompressor.decode_region(encoded, &header, denominator, columns, rows, pixels)?;
+    let scaled_floor = |at: f64| (at * scale).floor() as u32;
+    let scaled_ceil = |at: f64| (at * scale).ceil() as u32;
+    let columns = (scaled_floor(area.left), scaled_ceil(area.left + area.width));
+    let rows = (scaled_floor(area.top), scaled_ceil(area.top + area.height));
+    let region = decompressor
+        .decode_region(encoded, &header, denominator, columns, rows, pixels)
+        .map_err(Refusal::Corrupt)?;
     let source = ResizeSource::new(region.width, region.height, pixels, PixelType::U8x3)
-        .map_err(|err| format!("cannot resize: {err}"))?;
+        .map_err(|err| Refusal::Corrupt(format!("cannot resize: {err}")))?;
     let options = ResizeOptions::new().crop(
-        f64::from(crop.left) * scale - f64::from(region.left),
-        f64::from(crop.top) * scale - f64::from(region.top),
-        f64::from(crop.width) * scale,
-        f64::from(crop.height) * scale,
+        area.left * scale - f64::from(region.left),
+        area.top * scale - f64::from(region.top),
+        area.width * scale,
+        area.height * scale,
     );
     if shape.channels == 1 {
         // Grey as the full decoder makes it (image's luma of RGB), not libjpeg's Y: one sample looks the same
         // whichever path decoded it.
         let rgb_shape = ImageShape { channels: 3, ..*shape };
         let mut rgb = vec![0; rgb_shape.item_bytes()];
-        resize(&source, &rgb_shape, options, &mut rgb)?;
+        resize(&source, &rgb_shape, options, &mut rgb).map_err(Refusal::Corrupt)?;
         let grey = DynamicImage::ImageRgb8(
             image::RgbImage::from_raw(shape.width, shape.height, rgb).expect("sized for the target"),
         )
         .into_luma8();
         out.copy_from_slice(grey.as_raw());
     } else {
-        resize(&source, shape, options, out)?;
+        resize(&source, shape, options, out).map_err(Refusal::Corrupt)?;
     }
-    if crop.flip {
+    if flip {
         mirror(out, shape.width as usize, shape.channels as usize);
     }
     Ok(())
@@ -294,7 +334,7 @@ fn mirror(pixels: &mut [u8], width: usize, channels: usize) {
 
 /// `decode_image` for Python: the same decoder the loader uses, for baselines and tests. With `random_crop`
 /// ((scale min, max), (ratio min, max), flip probability) the crop of `sample` in `epoch` of a run with `seed`;
-/// `fused=False` takes the full decode then crop whatever the format (the reference and the benchmark's baseline).
+/// `fused=False` takes the full decode then fit whatever the format (the reference and the benchmark's baseline).
 #[pyfunction]
 #[pyo3(name = "decode_image", signature = (encoded, height, width, channels = 3, crop = true, random_crop = None,
                                            seed = 0, epoch = 0, sample = None, fused = true))]
@@ -316,9 +356,8 @@ pub fn decode_image_py(
     let key = sample_key(seed, epoch, &sample.unwrap_or_default());
     let encoded = encoded.as_bytes();
     let mut out = vec![0u8; shape.item_bytes()];
-    lifecycle::detach(py, || match shape.fit {
-        Fit::Random(random) if !fused => full_random_crop(encoded, &shape, &random, key, &mut out),
-        _ => decode_image(encoded, &shape, key, &mut out),
+    lifecycle::detach(py, || {
+        if fused { decode_image(encoded, &shape, key, &mut out) } else { decode_whole(encoded, &shape, key, &mut out) }
     })
     .map_err(PyValueError::new_err)?;
     Ok(Buffer::new(out))
@@ -789,7 +828,7 @@ mod tests {
             let (mut fused, mut reference) = (vec![0; shape.item_bytes()], vec![0; shape.item_bytes()]);
             for n in 0..40 {
                 let Fit::Random(random) = shape.fit else { unreachable!() };
-                fused_random_crop(&jpeg, &shape, &random, key(n), &mut fused).expect("fused decode");
+                fused_decode(&jpeg, &shape, key(n), &mut fused).expect("fused decode");
                 full_random_crop(&jpeg, &shape, &random, key(n), &mut reference).expect("full decode");
                 let difference = mean_difference(&fused, &reference);
                 assert!(difference < 2.5, "{size}x{size}x{channels}, sample {n}: mean difference {difference}");
@@ -808,7 +847,7 @@ mod tests {
         let mut out = vec![0; shape.item_bytes()];
         for n in 0..40 {
             let crop = random.crop(key(n), width, height);
-            fused_random_crop(&jpeg, &shape, &random, key(n), &mut out).expect("fused decode");
+            fused_decode(&jpeg, &shape, key(n), &mut out).expect("fused decode");
             let expected = |at: u32, length: u32, extent: u32, corner: u32| {
                 // The centre of the output's first or last pixel, in source pixels, as the coded colour.
                 let offset = (f64::from(corner) + 0.5) * f64::from(length) / 32.0;
@@ -854,27 +893,63 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupt_jpeg_is_an_error_and_a_truncated_one_no_panic() {
-        let shape = random_shape(32, 32, 3, imagenet_crop(0.5));
-        let mut out = vec![0; shape.item_bytes()];
-        let refused = decode_image(b"\xff\xd8\xff\xe0 not a JPEG after all", &shape, key(1), &mut out).unwrap_err();
-        assert!(refused.starts_with("cannot decode"), "{refused}");
+    fn the_evaluation_fits_of_a_jpeg_match_a_full_decode_then_fit() {
+        let jpeg = position_coded_jpeg(500, 375, 92);
+        // 224: full scale; 64 and 32: decoded at 1/4 and 1/8 scale; 1 channel: grey as the full decoder makes it.
+        for fit in [Fit::Stretch, Fit::CentreCrop] {
+            for (size, channels) in [(224, 3), (64, 3), (32, 1)] {
+                let shape = image_shape(size, size, channels, fit).expect("valid");
+                let (mut fused, mut reference) = (vec![0; shape.item_bytes()], vec![0; shape.item_bytes()]);
+                decode_image(&jpeg, &shape, 0, &mut fused).expect("fused decode");
+                decode_whole(&jpeg, &shape, 0, &mut reference).expect("full decode");
+                let difference = mean_difference(&fused, &reference);
+                assert!(difference < 2.5, "{fit:?} {size}x{size}x{channels}: mean difference {difference}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_corrupt_or_truncated_jpeg_is_an_error_in_every_fit() {
         let jpeg = position_coded_jpeg(500, 375, 90);
-        for cut in [20, jpeg.len() / 3, jpeg.len() - 10] {
-            // Repaired or refused, as the full decoder decides: either way an answer, not a crash.
-            let _ = decode_image(&jpeg[..cut], &shape, key(1), &mut out);
+        for fit in [Fit::Stretch, Fit::CentreCrop, Fit::Random(imagenet_crop(0.5))] {
+            let shape = image_shape(32, 32, 3, fit).expect("valid");
+            let mut out = vec![0; shape.item_bytes()];
+            let refused = decode_image(b"\xff\xd8\xff\xe0 not a JPEG after all", &shape, key(1), &mut out).unwrap_err();
+            assert!(refused.starts_with("cannot decode"), "{refused}");
+            // Cut in its header, in its scan, before its end marker: libjpeg would fill the rest with grey.
+            for cut in [20, jpeg.len() / 3, jpeg.len() - 10] {
+                let refused = decode_image(&jpeg[..cut], &shape, key(1), &mut out).unwrap_err();
+                assert!(refused.starts_with("cannot decode"), "{fit:?}, cut at {cut}: {refused}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_header_declaring_too_many_pixels_is_refused_on_every_path() {
+        let mut jpeg = position_coded_jpeg(64, 48, 90);
+        let sof = jpeg.windows(2).position(|marker| marker == [0xff, 0xc0]).expect("a baseline JPEG");
+        jpeg[sof + 5..sof + 9].copy_from_slice(&[0x75, 0x30, 0x75, 0x30]); // 30000 × 30000
+        for fit in [Fit::Stretch, Fit::CentreCrop, Fit::Random(imagenet_crop(0.5))] {
+            let shape = image_shape(32, 32, 3, fit).expect("valid");
+            let mut out = vec![0; shape.item_bytes()];
+            for refused in [
+                decode_image(&jpeg, &shape, key(1), &mut out).unwrap_err(),
+                decode_whole(&jpeg, &shape, key(1), &mut out).unwrap_err(),
+                image_box(&jpeg, &shape, key(1)).unwrap_err(),
+            ] {
+                assert!(refused.contains("declares 30000x30000 pixels"), "{fit:?}: {refused}");
+            }
         }
     }
 
     #[test]
     fn a_corrupt_jpeg_leaves_the_next_ones_to_the_fused_decode() {
         let shape = random_shape(32, 32, 3, imagenet_crop(0.5));
-        let Fit::Random(random) = shape.fit else { unreachable!() };
         let jpeg = position_coded_jpeg(300, 200, 90);
         let (mut before, mut after) = (vec![0; shape.item_bytes()], vec![0; shape.item_bytes()]);
-        fused_random_crop(&jpeg, &shape, &random, key(2), &mut before).expect("fused decode");
-        assert!(fused_random_crop(b"\xff\xd8\xffjunk", &shape, &random, key(2), &mut after).is_err());
-        fused_random_crop(&jpeg, &shape, &random, key(2), &mut after).expect("fused decode after a corrupt one");
+        fused_decode(&jpeg, &shape, key(2), &mut before).expect("fused decode");
+        assert!(fused_decode(b"\xff\xd8\xffjunk", &shape, key(2), &mut after).is_err());
+        fused_decode(&jpeg, &shape, key(2), &mut after).expect("fused decode after a corrupt one");
         assert_eq!(before, after);
     }
 

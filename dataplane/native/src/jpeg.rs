@@ -6,9 +6,8 @@ use std::ffi::CStr;
 
 use turbojpeg_sys as tj;
 
-/// Pixels a region may hold (`image`'s default allocation limit for 3 channels): a hostile header cannot make the
-/// decoder allocate gigabytes.
-const MAX_REGION_PIXELS: usize = 512 * 1024 * 1024 / 3;
+use crate::decode::check_image_size;
+
 /// Progressive scans a JPEG may have: libjpeg-turbo's advice against inputs crafted to take minutes.
 const SCAN_LIMIT: i32 = 500;
 
@@ -30,6 +29,23 @@ pub(crate) struct Region {
     pub height: u32,
 }
 
+/// Why libjpeg-turbo did not decode a JPEG.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// A JPEG it does not decode to RGB (CMYK, lossless, 12-bit, unusual subsampling): the full decoder's.
+    Unsupported(String),
+    /// A bad JPEG (its data corrupt or cut short, its header declaring too many pixels): the sample is corrupt.
+    Corrupt(String),
+}
+
+impl Refusal {
+    pub(crate) fn into_message(self) -> String {
+        match self {
+            Self::Unsupported(reason) | Self::Corrupt(reason) => format!("cannot decode: {reason}"),
+        }
+    }
+}
+
 /// One decompressor (libjpeg's state and buffers, reused image after image); not shared between threads.
 pub(crate) struct Decompressor(tj::tjhandle);
 
@@ -42,6 +58,9 @@ impl Decompressor {
         }
         let decompressor = Self(handle);
         decompressor.set(tj::TJPARAM_TJPARAM_SCANLIMIT, SCAN_LIMIT)?;
+        // libjpeg repairs a truncated or corrupt scan with a warning (grey rows, garbage blocks): such a sample is
+        // corrupt, as torchvision's decoder, the GPU path's, says too.
+        decompressor.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 1)?;
         Ok(decompressor)
     }
 
@@ -65,29 +84,38 @@ impl Decompressor {
         unsafe { tj::tj3Get(self.0, parameter as i32) }
     }
 
-    /// Reads the header of `jpeg` (and refuses what it cannot crop: lossless, 12-bit, unusual subsampling).
-    pub(crate) fn header(&mut self, jpeg: &[u8]) -> Result<Header, String> {
+    /// Reads the header of `jpeg`: what it cannot decode to RGB is `Unsupported`, an unreadable header or one that
+    /// declares too many pixels `Corrupt`.
+    pub(crate) fn header(&mut self, jpeg: &[u8]) -> Result<Header, Refusal> {
         // Safety: the handle is live; the buffer is valid for its length.
-        self.check(unsafe { tj::tj3DecompressHeader(self.0, jpeg.as_ptr(), jpeg.len() as tj::size_t) })?;
+        self.check(unsafe { tj::tj3DecompressHeader(self.0, jpeg.as_ptr(), jpeg.len() as tj::size_t) })
+            .map_err(Refusal::Corrupt)?;
         let mcu_width = match self.get(tj::TJPARAM_TJPARAM_SUBSAMP) {
             tj::TJSAMP_TJSAMP_444 | tj::TJSAMP_TJSAMP_GRAY | tj::TJSAMP_TJSAMP_440 | tj::TJSAMP_TJSAMP_441 => 8,
             tj::TJSAMP_TJSAMP_422 | tj::TJSAMP_TJSAMP_420 => 16,
             tj::TJSAMP_TJSAMP_411 => 32,
-            _ => return Err("unusual chroma subsampling".to_string()),
+            _ => return Err(Refusal::Unsupported("unusual chroma subsampling".to_string())),
         };
         if self.get(tj::TJPARAM_TJPARAM_LOSSLESS) != 0 {
-            return Err("lossless JPEG".to_string());
+            return Err(Refusal::Unsupported("lossless JPEG".to_string()));
+        }
+        if self.get(tj::TJPARAM_TJPARAM_PRECISION) != 8 {
+            return Err(Refusal::Unsupported("JPEG of more than 8 bits per sample".to_string()));
+        }
+        let colorspace = self.get(tj::TJPARAM_TJPARAM_COLORSPACE);
+        if colorspace == tj::TJCS_TJCS_CMYK as i32 || colorspace == tj::TJCS_TJCS_YCCK as i32 {
+            return Err(Refusal::Unsupported("CMYK JPEG".to_string()));
         }
         let (width, height) = (self.get(tj::TJPARAM_TJPARAM_JPEGWIDTH), self.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT));
-        match (u32::try_from(width), u32::try_from(height)) {
-            (Ok(width @ 1..), Ok(height @ 1..)) => Ok(Header { width, height, mcu_width }),
-            _ => Err(format!("bad JPEG size {width}x{height}")),
-        }
+        let (width, height) = (u32::try_from(width).unwrap_or(0), u32::try_from(height).unwrap_or(0));
+        check_image_size(width, height).map_err(Refusal::Corrupt)?;
+        Ok(Header { width, height, mcu_width })
     }
 
     /// Decodes the part of `jpeg` (whose `header` was just read) covering columns `left..right` and rows
     /// `top..bottom` of the image scaled by 1/`denominator` (1, 2, 4 or 8) into `pixels` (RGB), widened on the left
-    /// to an MCU edge. A JPEG the decoder had to repair (truncated, bad data) is an error here.
+    /// to an MCU edge. A JPEG the decoder had to repair (truncated, bad data) is an error here. The region lies within
+    /// the image, whose size `header` checked.
     pub(crate) fn decode_region(
         &mut self,
         jpeg: &[u8],
@@ -101,9 +129,6 @@ impl Decompressor {
         let region_left = left / scaled_mcu * scaled_mcu;
         let (width, height) = (right - region_left, bottom - top);
         let bytes = width as usize * height as usize * 3;
-        if width as usize * height as usize > MAX_REGION_PIXELS {
-            return Err(format!("a {width}x{height} region is too large to decode"));
-        }
         let scaling = tj::tjscalingfactor { num: 1, denom: denominator as i32 };
         let region = tj::tjregion { x: region_left as i32, y: top as i32, w: width as i32, h: height as i32 };
         // Safety: the handle is live and has read this JPEG's header.

@@ -167,8 +167,8 @@ class Loader:
             raise RingfeedError(f"decode='tensor' needs a dataset with the raw encoding; {source.split} is {kind}")
         if isinstance(options.decode, Decode) and kind == "raw":
             raise RingfeedError(f"{source.split} holds raw tensors, not images: use decode='tensor'")
-        if isinstance(options.decode, Decode) and options.decode.device == "auto":
-            options = dataclasses.replace(options, decode=options.decode.on_device())
+        if isinstance(options.decode, Decode):
+            options = dataclasses.replace(options, decode=options.decode.on_device(kind))
         self.source = source
         self.options = options
         self.plan = EpochPlan(len(source.uuids), options)

@@ -13,8 +13,9 @@ REMAINDER_POLICIES = ("uneven", "pad", "drop")
 MISSING_POLICIES = ("raise", "skip")
 # The levels the native session accepts (case-insensitive); checked here so a typo fails before any connection.
 CONSISTENCY_LEVELS = ("ONE", "TWO", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "ALL")
-# Where images are decoded (Decode.device).
+# Where images are decoded (Decode.device); the GPU decoders (nvJPEG, nvImageCodec, torchvision's) read JPEG and PNG.
 DECODE_DEVICES = ("cpu", "gpu", "auto")
+GPU_ENCODINGS = ("jpeg", "png")
 # Twice the native window's floor (16 MiB): the least the reader can work with.
 MIN_MEMORY_BYTES = 32 * 1024 * 1024
 
@@ -84,11 +85,17 @@ class Decode:
         if self.device not in DECODE_DEVICES:
             raise LoaderOptionsError(f"decode device must be one of {', '.join(DECODE_DEVICES)}, got {self.device!r}")
 
-    def on_device(self) -> Decode:
-        """This decode with ``auto`` settled: ``gpu`` where torch is installed and sees a CUDA device. Settled once,
-        in the process that builds the loader (a forked DataLoader worker must not ask CUDA)."""
+    def on_device(self, encoding: str) -> Decode:
+        """This decode for a dataset of ``encoding``, with ``auto`` settled: ``gpu`` where the GPU decoders read the
+        encoding and torch is installed and sees a CUDA device. Settled once, in the process that builds the loader
+        (a forked DataLoader worker must not ask CUDA)."""
+        if self.device == "gpu" and encoding not in GPU_ENCODINGS:
+            raise LoaderOptionsError(f"the GPU decoders read {' and '.join(GPU_ENCODINGS)}, not {encoding}: decode on "
+                                     "the cpu (or auto, which does)")
         if self.device != "auto":
             return self
+        if encoding not in GPU_ENCODINGS:
+            return dataclasses.replace(self, device="cpu")
         try:
             import torch
         except ImportError:

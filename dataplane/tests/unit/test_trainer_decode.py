@@ -5,10 +5,12 @@ machine with a GPU the same checks run there too (nvJPEG)."""
 
 from __future__ import annotations
 
+import io
 import uuid
 
 import numpy as np
 import pytest
+from PIL import Image
 from test_random_crop import IMAGENET, SAMPLES, encoded, photograph
 
 from ringfeed._native import decode_image, image_box, random_crop_box
@@ -177,6 +179,21 @@ def test_an_image_that_cannot_be_decoded_leaves_the_batch_with_its_label_and_is_
 
 
 @pytest.mark.parametrize("codec", CODEC_NAMES)
+def test_a_16_bit_png_decodes_as_the_loader_decodes_it(codec):
+    """torchvision decodes a 16-bit PNG to uint16: brought to 8 bits as the loader's decoder rounds it, not clipped
+    to white."""
+    levels = (photograph(120, 90, seed=7).mean(axis=2) * 257).astype(np.uint16)
+    out = io.BytesIO()
+    Image.fromarray(levels).save(out, format="PNG")  # mode I;16
+    png = out.getvalue()
+    images, kept = ImageDecoder("cpu", codec).decode(blobs_of([png], (32, 32), 3, SAMPLES[:1], crop=False))
+    assert kept.tolist() == [0]
+    reference = loader_decode(png, (32, 32), 3, SAMPLES[0], crop=False).astype(np.int16)
+    assert 60 < reference.mean() < 200  # a photograph's levels, not white
+    assert np.abs(images[0].numpy().astype(np.int16) - reference).mean() < 3.0
+
+
+@pytest.mark.parametrize("codec", CODEC_NAMES)
 def test_a_batch_of_nothing_but_unreadable_images_is_empty_and_every_one_counted(codec):
     good = encoded(photograph(), quality=90)
     blobs = blobs_of([good, good], (16, 16), 3, SAMPLES[:2], crop=False)
@@ -215,5 +232,9 @@ def test_decoding_ahead_needs_the_feed_itself_and_a_count_of_batches(batches):
 def test_decode_device_is_checked_and_auto_settles_to_what_torch_sees():
     with pytest.raises(LoaderOptionsError, match="decode device must be one of cpu, gpu, auto"):
         Decode(224, 224, device="tpu")
-    assert Decode(8, 8, device="gpu").on_device().device == "gpu"
-    assert Decode(8, 8, device="auto").on_device().device == ("gpu" if torch.cuda.is_available() else "cpu")
+    assert Decode(8, 8, device="gpu").on_device("jpeg").device == "gpu"
+    assert Decode(8, 8, device="auto").on_device("png").device == ("gpu" if torch.cuda.is_available() else "cpu")
+    # The GPU decoders read JPEG and PNG: auto decodes anything else on the CPU, gpu is refused.
+    assert Decode(8, 8, device="auto").on_device("tiff").device == "cpu"
+    with pytest.raises(LoaderOptionsError, match="the GPU decoders read jpeg and png, not tiff"):
+        Decode(8, 8, device="gpu").on_device("tiff")

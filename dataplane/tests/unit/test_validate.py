@@ -39,10 +39,40 @@ def test_corrupt_images_are_rejected(kind, fmt, mangle, reason):
 
 def test_full_decode_catches_damage_inside_a_well_framed_jpeg():
     data = bytearray(encoded("JPEG"))
-    data[20:200] = b"\x00" * 180  # header tables wiped, markers at both ends intact
+    table = data.find(b"\xff\xc4")  # a Huffman table: its counts made impossible, its length and markers intact
+    data[table + 5:table + 21] = b"\xff" * 16
     check_sample(bytes(data), Encoding("jpeg"), 1 << 20)
     with pytest.raises(SampleRejected, match="does not decode"):
         check_sample(bytes(data), Encoding("jpeg"), 1 << 20, full_decode=True)
+
+
+def photo_with_thumbnail() -> bytes:
+    """A JPEG whose EXIF block (APP1) holds a JPEG thumbnail, end marker included, as cameras write them."""
+    thumbnail = encoded("JPEG")
+    exif = Image.Exif()
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48), (10, 200, 10)).save(buffer, "JPEG", exif=exif.tobytes() + thumbnail)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind, data", [
+    ("jpeg", encoded("JPEG") + b"\x00" * 64),  # padded
+    ("jpeg", encoded("JPEG") + b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 8),  # a motion photo's video
+    ("jpeg", photo_with_thumbnail()),
+    ("png", encoded("PNG") + b"trailing bytes"),
+], ids=["padded", "motion-photo", "exif-thumbnail", "png-trailing"])
+def test_images_with_bytes_after_their_end_pass_whole(kind, data):
+    assert check_sample(data, Encoding(kind), 1 << 20) is data
+
+
+@pytest.mark.parametrize("kind, data, reason", [
+    ("jpeg", photo_with_thumbnail()[:-30], "truncated JPEG"),  # the thumbnail's end marker is not the image's
+    ("jpeg", encoded("JPEG")[:40], "truncated JPEG"),  # cut in the header
+    ("png", encoded("PNG")[:50] + b"IEND", "truncated PNG"),  # cut in a chunk, IEND written after it
+])
+def test_an_image_cut_short_is_rejected_whatever_end_markers_it_holds(kind, data, reason):
+    with pytest.raises(SampleRejected, match=reason):
+        check_sample(data, Encoding(kind), 1 << 20)
 
 
 def test_oversized():

@@ -14,6 +14,7 @@ import copy
 import json
 from typing import Any
 
+from ringfeed.loader.options import GPU_ENCODINGS
 from ringfeed_client.protocol import FEED_DIR_ENV, TRAININGJOB_ENV
 from ringfeed_operator.builders.cache import cache_spec, host_dir, part_path
 from ringfeed_operator.builders.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGER, owner_reference
@@ -60,9 +61,9 @@ def world_size(spec: dict) -> int:
     return spec.get("replicas", 1) * spec.get("ranksPerPod", 1)
 
 
-def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> list[str]:
-    """``ringfeed serve`` for spec.split and spec.loader: one feed per local rank of the Pod, whose index comes from
-    the Pod (``$(RINGFEED_POD_INDEX)``)."""
+def sidecar_arguments(spec: dict, dataset: str, encoding: str, split: str, version: int) -> list[str]:
+    """``ringfeed serve`` for spec.split and spec.loader, on a dataset of ``encoding``: one feed per local rank of the
+    Pod, whose index comes from the Pod (``$(RINGFEED_POD_INDEX)``)."""
     loader = spec.get("loader") or {}
     decode = loader.get("decode") or {}
     arguments = [
@@ -81,7 +82,7 @@ def sidecar_arguments(spec: dict, dataset: str, split: str, version: int) -> lis
     mode = decode.get("mode", "none")
     if mode == "image":
         arguments += [f"--decode={decode['height']}x{decode['width']}", f"--channels={decode.get('channels', 3)}",
-                      f"--resize={decode.get('resize', 'crop')}", f"--decode-device={decode_device(spec)}"]
+                      f"--resize={decode.get('resize', 'crop')}", f"--decode-device={decode_device(spec, encoding)}"]
         if decode.get("resize") == "random":
             arguments += random_crop_arguments(decode.get("randomCrop") or {})
     elif mode == "tensor":
@@ -103,16 +104,23 @@ def decode_mismatch(spec: dict, dataset: dict) -> str | None:
     if mode == "image" and kind == "raw":
         return (f"spec.loader.decode.mode image needs a Dataset of images; Dataset {name} holds raw tensors: use mode "
                 "tensor (or none, the stored bytes)")
+    device = ((spec.get("loader") or {}).get("decode") or {}).get("device", "cpu")
+    if mode == "image" and device == "gpu" and kind not in GPU_ENCODINGS:
+        return (f"spec.loader.decode.device gpu: the GPU decoders read {' and '.join(GPU_ENCODINGS)}, and Dataset "
+                f"{name} holds {kind} images: use device cpu or auto")
     return None
 
 
-def decode_device(spec: dict) -> str:
-    """spec.loader.decode.device for the sidecar: ``auto`` is ``gpu`` when a container of the trainer's Pod asks for
-    a GPU (``nvidia.com/gpu``, a MIG slice ``nvidia.com/mig-…``, ``amd.com/gpu``, ``gpu.intel.com/…``), else ``cpu``:
-    the sidecar cannot see the trainer's devices itself."""
+def decode_device(spec: dict, encoding: str) -> str:
+    """spec.loader.decode.device for the sidecar, whose Dataset holds ``encoding``: ``auto`` is ``gpu`` when the GPU
+    decoders read the encoding and a container of the trainer's Pod asks for a GPU (``nvidia.com/gpu``, a MIG slice
+    ``nvidia.com/mig-…``, ``amd.com/gpu``, ``gpu.intel.com/…``), else ``cpu``: the sidecar cannot see the trainer's
+    devices itself."""
     device = ((spec.get("loader") or {}).get("decode") or {}).get("device", "cpu")
     if device != "auto":
         return device
+    if encoding not in GPU_ENCODINGS:
+        return "cpu"
     containers = spec["template"]["spec"].get("containers") or []
     resources = {name for container in containers for kind in ("limits", "requests")
                  for name in ((container.get("resources") or {}).get(kind) or {})}
@@ -246,7 +254,7 @@ def _inject_sidecar(pod: dict, metadata: dict, spec: dict, dataset: dict, catalo
     tls_volumes, tls_mounts = ring_volumes(storage, reader_login(storage))
     positions_mount = {"name": POSITIONS_VOLUME, "mountPath": POSITIONS_DIR, "readOnly": True}
     control_mount = {"name": CONTROL_VOLUME, "mountPath": CONTROL_DIR, "readOnly": True}
-    sidecar = _sidecar(spec, catalog, split_version, storage,
+    sidecar = _sidecar(spec, catalog, dataset["spec"]["schema"]["encoding"]["kind"], split_version, storage,
                        [feed_mount, positions_mount, control_mount, *tls_mounts], config)
     pod["initContainers"] = [sidecar, *(pod.get("initContainers") or [])]
     positions = {"name": POSITIONS_VOLUME, "downwardAPI": {"items": [
@@ -275,7 +283,7 @@ def _mount_cache(pod: dict, dataset: dict, spec: dict, rank_env: list[dict], cac
         pod["nodeSelector"] = {**selector, **(pod.get("nodeSelector") or {})}
 
 
-def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, mounts: list[dict],
+def _sidecar(spec: dict, catalog: str, encoding: str, split_version: int, storage: dict, mounts: list[dict],
              config: JobsConfig) -> dict:
     sidecar_spec = spec.get("sidecar") or {}
     probe = {"httpGet": {"path": "/readyz", "port": SIDECAR_PORT}, "periodSeconds": 2, "failureThreshold": 150}
@@ -284,7 +292,7 @@ def _sidecar(spec: dict, catalog: str, split_version: int, storage: dict, mounts
         "imagePullPolicy": config.image_pull_policy,
         "restartPolicy": "Always",  # a native sidecar: started before the trainer, stopped after it
         "command": ["ringfeed"],
-        "args": sidecar_arguments(spec, catalog, spec["split"]["name"], split_version),
+        "args": sidecar_arguments(spec, catalog, encoding, spec["split"]["name"], split_version),
         "env": [{"name": POD_INDEX_ENV, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}},
                 *ring_env(storage, reader_login(storage)),
                 # names the TrainingJob in the sidecar's metrics (label `trainingjob`)
