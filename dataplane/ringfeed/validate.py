@@ -62,6 +62,9 @@ def _jpeg_problem(data: bytes) -> str | None:
         if marker == 0xFF:  # fill byte before a marker
             position += 1
             continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM and RSTn stand alone, without a length
+            position += 2
+            continue
         length = int.from_bytes(data[position + 2:position + 4], "big")
         if marker == 0xDA:  # start of scan: the image data follows its header
             if data.find(b"\xff\xd9", position + 2 + length) == -1:

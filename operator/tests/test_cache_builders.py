@@ -14,6 +14,7 @@ from ringfeed_operator.builders.cache import (
     cache_objects,
     cache_status,
     fuse_daemonset,
+    legacy_object_name,
     master_address,
     master_statefulset,
     object_name,
@@ -59,6 +60,9 @@ def test_every_object_is_owned_by_the_dataset_and_named_after_it():
     long_names = "d" * 62 + "a", "d" * 62 + "b"
     assert len({object_name(name, "worker") for name in long_names}) == 2
     assert all(len(object_name(name, "worker")) <= 63 for name in long_names)
+    # 0.1.0's names, which the operator deletes after an upgrade, differ only where a name was cut short
+    assert legacy_object_name("tumour-slides", "fuse") == object_name("tumour-slides", "fuse")
+    assert legacy_object_name(long_names[0], "fuse") != object_name(long_names[0], "fuse")
 
 
 def test_the_master_and_workers_read_the_ring_the_fuse_process_never_does():

@@ -242,7 +242,8 @@ fn fused_decode(encoded: &[u8], shape: &ImageShape, key: u64, out: &mut [u8]) ->
     JPEG.with_borrow_mut(|state| {
         let (decompressor, pixels) = match state {
             Some(state) => state,
-            None => state.insert((Decompressor::new().map_err(Refusal::Corrupt)?, Vec::new())),
+            // Without a decompressor (no memory for one) the full decoder takes the image.
+            None => state.insert((Decompressor::new().map_err(Refusal::Unsupported)?, Vec::new())),
         };
         let decoded = fused_region_decode(decompressor, pixels, encoded, shape, key, out);
         if decoded.is_err() {
@@ -269,9 +270,7 @@ fn fused_region_decode(
     let scaled_ceil = |at: f64| (at * scale).ceil() as u32;
     let columns = (scaled_floor(area.left), scaled_ceil(area.left + area.width));
     let rows = (scaled_floor(area.top), scaled_ceil(area.top + area.height));
-    let region = decompressor
-        .decode_region(encoded, &header, denominator, columns, rows, pixels)
-        .map_err(Refusal::Corrupt)?;
+    let region = decompressor.decode_region(encoded, &header, denominator, columns, rows, pixels)?;
     let source = ResizeSource::new(region.width, region.height, pixels, PixelType::U8x3)
         .map_err(|err| Refusal::Corrupt(format!("cannot resize: {err}")))?;
     let options = ResizeOptions::new().crop(
@@ -920,6 +919,24 @@ mod tests {
             for cut in [20, jpeg.len() / 3, jpeg.len() - 10] {
                 let refused = decode_image(&jpeg[..cut], &shape, key(1), &mut out).unwrap_err();
                 assert!(refused.starts_with("cannot decode"), "{fit:?}, cut at {cut}: {refused}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_jpeg_libjpeg_only_warns_about_decodes_in_every_fit() {
+        let jpeg = position_coded_jpeg(300, 200, 90);
+        let mut newer_jfif = jpeg.clone();
+        let jfif = newer_jfif.windows(5).position(|id| id == b"JFIF\0").expect("a JFIF header");
+        newer_jfif[jfif + 5..jfif + 7].copy_from_slice(&[2, 1]); // "unknown JFIF revision number 2.01"
+        let extraneous = [&jpeg[..jpeg.len() - 2], &[0x12; 47], &jpeg[jpeg.len() - 2..]].concat();
+        for fit in [Fit::Stretch, Fit::CentreCrop, Fit::Random(imagenet_crop(0.5))] {
+            let shape = image_shape(32, 32, 3, fit).expect("valid");
+            let (mut expected, mut out) = (vec![0; shape.item_bytes()], vec![0; shape.item_bytes()]);
+            decode_image(&jpeg, &shape, key(1), &mut expected).expect("decodes");
+            for warned in [&newer_jfif, &extraneous] {
+                decode_image(warned, &shape, key(1), &mut out).expect("a warning about intact pixels");
+                assert_eq!(out, expected, "{fit:?}");
             }
         }
     }

@@ -10,6 +10,16 @@ use crate::decode::check_image_size;
 
 /// Progressive scans a JPEG may have: libjpeg-turbo's advice against inputs crafted to take minutes.
 const SCAN_LIMIT: i32 = 500;
+/// libjpeg's warnings that leave the pixels whole: an unknown JFIF revision or Adobe transform, bytes between the image
+/// data and a marker, odd scan parameters. Its other warnings say it repaired the data (grey rows for a cut file,
+/// garbage blocks for a bad code): such a sample is corrupt, as torchvision's decoder, the GPU path's, says too.
+const HARMLESS_WARNINGS: [&str; 5] = [
+    "unknown JFIF revision",
+    "Unknown Adobe color transform",
+    "extraneous bytes before marker",
+    "Invalid SOS parameters for sequential JPEG",
+    "Inconsistent progression sequence",
+];
 
 /// A JPEG's size and what cropping it needs.
 #[derive(Clone, Copy, Debug)]
@@ -58,9 +68,6 @@ impl Decompressor {
         }
         let decompressor = Self(handle);
         decompressor.set(tj::TJPARAM_TJPARAM_SCANLIMIT, SCAN_LIMIT)?;
-        // libjpeg repairs a truncated or corrupt scan with a warning (grey rows, garbage blocks): such a sample is
-        // corrupt, as torchvision's decoder, the GPU path's, says too.
-        decompressor.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 1)?;
         Ok(decompressor)
     }
 
@@ -72,6 +79,19 @@ impl Decompressor {
 
     fn check(&self, status: i32) -> Result<(), String> {
         if status == 0 { Ok(()) } else { Err(self.error()) }
+    }
+
+    /// A decompression call's status. TurboJPEG answers -1 for a warning too (the call went to its end), with the
+    /// image's first warning as its message (libjpeg reports one per image), or its error's.
+    fn outcome(&self, status: i32) -> Result<(), Refusal> {
+        let message = if status == 0 { return Ok(()) } else { self.error() };
+        // Safety: the handle is live.
+        let warning = unsafe { tj::tj3GetErrorCode(self.0) } == tj::TJERR_TJERR_WARNING as i32;
+        if warning && HARMLESS_WARNINGS.iter().any(|harmless| message.contains(harmless)) {
+            Ok(())
+        } else {
+            Err(Refusal::Corrupt(message))
+        }
     }
 
     fn set(&self, parameter: tj::TJPARAM, value: i32) -> Result<(), String> {
@@ -88,8 +108,7 @@ impl Decompressor {
     /// declares too many pixels `Corrupt`.
     pub(crate) fn header(&mut self, jpeg: &[u8]) -> Result<Header, Refusal> {
         // Safety: the handle is live; the buffer is valid for its length.
-        self.check(unsafe { tj::tj3DecompressHeader(self.0, jpeg.as_ptr(), jpeg.len() as tj::size_t) })
-            .map_err(Refusal::Corrupt)?;
+        self.outcome(unsafe { tj::tj3DecompressHeader(self.0, jpeg.as_ptr(), jpeg.len() as tj::size_t) })?;
         let mcu_width = match self.get(tj::TJPARAM_TJPARAM_SUBSAMP) {
             tj::TJSAMP_TJSAMP_444 | tj::TJSAMP_TJSAMP_GRAY | tj::TJSAMP_TJSAMP_440 | tj::TJSAMP_TJSAMP_441 => 8,
             tj::TJSAMP_TJSAMP_422 | tj::TJSAMP_TJSAMP_420 => 16,
@@ -124,7 +143,7 @@ impl Decompressor {
         (left, right): (u32, u32),
         (top, bottom): (u32, u32),
         pixels: &mut Vec<u8>,
-    ) -> Result<Region, String> {
+    ) -> Result<Region, Refusal> {
         let scaled_mcu = header.mcu_width.div_ceil(denominator);
         let region_left = left / scaled_mcu * scaled_mcu;
         let (width, height) = (right - region_left, bottom - top);
@@ -132,8 +151,8 @@ impl Decompressor {
         let scaling = tj::tjscalingfactor { num: 1, denom: denominator as i32 };
         let region = tj::tjregion { x: region_left as i32, y: top as i32, w: width as i32, h: height as i32 };
         // Safety: the handle is live and has read this JPEG's header.
-        self.check(unsafe { tj::tj3SetScalingFactor(self.0, scaling) })?;
-        self.check(unsafe { tj::tj3SetCroppingRegion(self.0, region) })?;
+        self.check(unsafe { tj::tj3SetScalingFactor(self.0, scaling) }).map_err(Refusal::Corrupt)?;
+        self.check(unsafe { tj::tj3SetCroppingRegion(self.0, region) }).map_err(Refusal::Corrupt)?;
         pixels.resize(bytes, 0);
         let pitch = width as i32 * 3;
         // Safety: `pixels` holds height rows of `pitch` bytes, what the cropping region decodes to.
@@ -141,7 +160,7 @@ impl Decompressor {
             let size = jpeg.len() as tj::size_t;
             tj::tj3Decompress8(self.0, jpeg.as_ptr(), size, pixels.as_mut_ptr(), pitch, tj::TJPF_TJPF_RGB)
         };
-        self.check(status)?;
+        self.outcome(status)?;
         Ok(Region { left: region_left, top, width, height })
     }
 }

@@ -69,7 +69,10 @@ class Filter:
         """The form ``to_dict`` gives; a string is a filter stored by Ringfeed 0.1.0, which kept them as text."""
         if isinstance(raw, str):
             return cls.parse(raw)
-        return cls(raw["column"], raw["op"], tuple(raw["values"]))
+        values, column = raw.get("values"), str(raw.get("column", "")).lower()
+        if not isinstance(values, list) or not re.fullmatch(r"[a-z][a-z0-9_]*", column):
+            raise SplitError(f"cannot read filter {raw!r}: write {{\"column\": NAME, \"op\": OP, \"values\": [...]}}")
+        return cls(column, raw.get("op", ""), tuple(values))
 
     def __str__(self) -> str:
         shown = [repr(v) if isinstance(v, str) else str(v) for v in self.values]

@@ -47,6 +47,12 @@ DECODABLE = {
     "tiff": saved(PHOTO, "TIFF"),
     "tiff-deflate": saved(PHOTO, "TIFF", compression="tiff_adobe_deflate"),
 }
+_JPEG = DECODABLE["baseline-420"]
+_JFIF = _JPEG.index(b"JFIF\0") + 5
+DECODABLE |= {  # what libjpeg warns about, the pixels whole
+    "jfif-2.01": _JPEG[:_JFIF] + b"\x02\x01" + _JPEG[_JFIF + 2:],
+    "extraneous-bytes": _JPEG[:-2] + bytes(range(1, 48)) + b"\xff\xd9",
+}
 
 
 @pytest.mark.parametrize("fit", FITS.values(), ids=FITS.keys())

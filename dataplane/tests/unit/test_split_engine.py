@@ -294,6 +294,13 @@ def test_spec_json_round_trip(values, labels):
     assert SplitSpec.from_json(spec.to_json()) == spec
 
 
+@pytest.mark.parametrize("raw", [{"column": "site", "op": "in", "values": "abc"},
+                                 {"column": "1site", "op": "==", "values": [1]}, {"op": "==", "values": [1]}])
+def test_a_filter_object_that_is_not_one_is_refused(raw):
+    with pytest.raises(SplitError, match="cannot read filter"):
+        SplitSpec.from_dict({"ratios": [1], "filters": [raw]})
+
+
 def test_a_spec_stored_by_0_1_0_is_read():
     """0.1.0 kept filters as text."""
     stored = ('{"balance": "natural", "filters": ["slide < 5", "scanner in (\'aperio\', 2)"], "folds": 0, '

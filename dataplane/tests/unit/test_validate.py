@@ -60,7 +60,8 @@ def photo_with_thumbnail() -> bytes:
     ("jpeg", encoded("JPEG") + b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 8),  # a motion photo's video
     ("jpeg", photo_with_thumbnail()),
     ("png", encoded("PNG") + b"trailing bytes"),
-], ids=["padded", "motion-photo", "exif-thumbnail", "png-trailing"])
+    ("jpeg", encoded("JPEG")[:2] + b"\xff\x01\xff\xd0" + encoded("JPEG")[2:]),  # markers without a length
+], ids=["padded", "motion-photo", "exif-thumbnail", "png-trailing", "tem-and-rst-in-header"])
 def test_images_with_bytes_after_their_end_pass_whole(kind, data):
     assert check_sample(data, Encoding(kind), 1 << 20) is data
 

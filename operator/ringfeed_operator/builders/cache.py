@@ -65,6 +65,12 @@ def object_name(dataset: str, role: str) -> str:
     return bounded_name(dataset, f"-cache-{role}")
 
 
+def legacy_object_name(dataset: str, role: str) -> str:
+    """The name Ringfeed 0.1.0 gave the object: cut short without a hash (two long names could share it)."""
+    tail = f"-cache-{role}"
+    return dataset[: 63 - len(tail)].rstrip("-.") + tail
+
+
 def master_address(dataset: str, namespace: str) -> str:
     """The master's DNS name: its headless Service, which resolves to the master Pod."""
     return f"{object_name(dataset, 'master')}.{namespace}.svc"

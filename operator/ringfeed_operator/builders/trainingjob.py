@@ -92,7 +92,8 @@ def sidecar_arguments(spec: dict, dataset: str, encoding: str, split: str, versi
 
 def decode_mismatch(spec: dict, dataset: dict) -> str | None:
     """Why spec.loader.decode cannot read the Dataset's samples (images decoded from raw tensors, tensors from
-    images), or None; the sidecar would refuse it only once the job's Pods run."""
+    images, a GPU decode of an encoding the GPU decoders do not read), or None; the sidecar would refuse it only once
+    the job's Pods run."""
     if spec.get("access", "sidecar") != "sidecar":
         return None
     mode = ((spec.get("loader") or {}).get("decode") or {}).get("mode", "none")

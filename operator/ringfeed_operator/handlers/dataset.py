@@ -28,6 +28,7 @@ from ringfeed_operator.builders.cache import (
     cache_spec,
     cache_status,
     host_dir,
+    legacy_object_name,
     object_name,
     pod_selector,
 )
@@ -243,7 +244,12 @@ def _ensure_cache(name: str, namespace: str, status: dict, body: dict, catalog: 
 
 
 def _apply_cache(namespace: str, body: dict, catalog: str, memo: Context) -> str | None:
-    """Apply every object of the tier; → why the API server refused one (also a warning event), or None."""
+    """Apply every object of the tier; → why the API server refused one (also a warning event), or None. Objects a
+    0.1.0 operator named otherwise (a long Dataset name) go first: two FUSE DaemonSets would mount the same path."""
+    name = body["metadata"]["name"]
+    for kind, role in CACHE_OBJECTS:
+        if legacy_object_name(name, role) != object_name(name, role):
+            memo.kube.delete_applied(namespace, kind, legacy_object_name(name, role))
     try:
         for manifest in cache_objects(body, catalog, memo.config.cache, memo.config.network):
             memo.kube.apply(namespace, manifest)
