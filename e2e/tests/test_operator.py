@@ -264,8 +264,9 @@ def test_dataset_ingests_and_becomes_ready(cluster: Cluster, ns: str, ring, stor
 
 
 def test_split_is_computed_with_the_engines_figures_and_is_immutable(cluster: Cluster, ns: str, store):
-    # Filter values with the characters an option syntax would split or unescape reach the Job unchanged.
-    odd_values = ["P,0", "it's \"x\"", "C:\\data\\P01", "k=v (1)"]
+    # Filter values with the characters an option syntax would split or unescape, or Kubernetes expand in a
+    # container's arguments, reach the Job unchanged.
+    odd_values = ["P,0", "it's \"x\"", "C:\\data\\P01", "k=v (1)", "$(HOME) $$"]
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split", "metadata": {"name": "by-patient"},
             "spec": {"dataset": "slides", "ratios": [2, 1, 1], "groupBy": ["patient_id"], "seed": 7,
                      "filters": [{"column": "patient_id", "operator": "not in", "values": odd_values}]}}

@@ -237,13 +237,56 @@ SPLIT = {"dataset": "tumour-slides", "ratios": [7, 2, 1], "names": ["train", "va
         {"column": "site", "operator": "!=", "values": ["'007'"]},
         {"column": "note", "operator": "==", "values": ["ünïcödé ✓"]}]},
     {"dataset": "d", "ratios": [1], "balance": {"mode": "weights", "weights": {"a,b": 1, "k=v": 2, " padded ": 3}}},
-], ids=["everything", "folds", "defaults", "quote-in-value", "backslash-quotes-commas", "separators-in-labels"])
+    {"dataset": "d", "ratios": [1], "filters": [
+        {"column": "note", "operator": "in",
+         "values": ["$(HOME)", "a$$b", "cost $5", "$", "$(", "$(RINGFEED_HOSTS)"]}]},
+], ids=["everything", "folds", "defaults", "quote-in-value", "backslash-quotes-commas", "separators-in-labels",
+        "dollars"])
 def test_split_job_options_reproduce_the_spec_exactly(spec):
-    """The Job's `ringfeed split create` options, parsed by the real CLI, give the operator's SplitSpec: whatever
-    characters its labels and filter values hold."""
+    """The Job's `ringfeed split create` arguments, as the container gets them (Kubernetes' $(VAR) expansion) and
+    parsed by the real CLI, give the operator's SplitSpec: whatever characters its labels and filter values hold."""
     wanted = split_spec(spec)
-    context = split_create.make_context("create", ["dataset", "name", *split_arguments(wanted)])
+    split = {"apiVersion": "ringfeed.io/v1alpha1", "kind": "Split",
+             "metadata": {"name": "s", "uid": "9f00aa11-2222-3333-4444-555566667777"}, "spec": SPLIT}
+    container = split_job(split, DATASET, "tumour_slides", split_arguments(wanted), SETTINGS)["spec"]["template"][
+        "spec"]["containers"][0]
+    env = {"HOME": "/home/ringfeed", "RINGFEED_HOSTS": "ring-0"}
+    arguments = [kubernetes_expansion(argument, env) for argument in container["args"]]
+    assert arguments[:2] == ["split", "create"]
+    context = split_create.make_context("create", arguments[2:])
     assert spec_from_json(context, context.params["spec_json"]) == wanted
+
+
+def kubernetes_expansion(text: str, env: dict[str, str]) -> str:
+    """What the kubelet makes of a container argument (k8s.io/kubernetes third_party/forked/golang/expansion):
+    $(NAME) becomes the variable's value (left as written when there is none), $$ becomes $."""
+    out, at = [], 0
+    while at < len(text):
+        if text[at] == "$" and at + 1 < len(text):
+            following = text[at + 1]
+            close = text.find(")", at + 2) if following == "(" else -1
+            if following == "$":
+                out.append("$")
+            elif close != -1:
+                name = text[at + 2:close]
+                out.append(env.get(name, f"$({name})"))
+                at = close + 1
+                continue
+            else:
+                out.append("$" + following)
+            at += 2
+            continue
+        out.append(text[at])
+        at += 1
+    return "".join(out)
+
+
+def test_an_ingest_source_path_reaches_the_job_as_written():
+    dataset = copy.deepcopy(DATASET)
+    dataset["spec"]["ingest"]["source"]["path"] = "runs/$(date)/cost$$/manifest.csv"
+    arguments = ingest_job(dataset, "tumour_slides", "abcd1234", SETTINGS)["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert kubernetes_expansion(arguments[2], {"date": "2026-12-07"}) == "/data/runs/$(date)/cost$$/manifest.csv"
 
 
 def test_split_spec_json_stands_alone():

@@ -24,6 +24,12 @@ TTL_SECONDS_AFTER_FINISHED = 86400  # a finished Job, its Pods and their logs st
 INGEST_METRICS_PORT = 9102  # `ringfeed ingest --metrics-port`: progress and rejects while the Job runs
 
 
+def literal(argument: str) -> str:
+    """An argument the container gets as written: Kubernetes expands $(VAR) in args, and reads $$ as $ (a source path
+    or a filter value may hold either)."""
+    return argument.replace("$", "$$")
+
+
 def job_name(owner: str, role: str, suffix: str) -> str:
     return bounded_name(owner, f"-{role}-{suffix}")
 
@@ -75,7 +81,7 @@ def ingest_job(dataset: dict, catalog_name: str, suffix: str, config: JobsConfig
         arguments.append("--full-decode")
     tls_volumes, tls_mounts = ring_volumes(spec["storage"], job_login(dataset))
     container = {
-        "name": "ingest", "command": ["ringfeed"], "args": arguments,
+        "name": "ingest", "command": ["ringfeed"], "args": [literal(argument) for argument in arguments],
         "env": ring_env(spec["storage"], job_login(dataset)),
         "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}, *tls_mounts],
         "ports": [{"name": "metrics", "containerPort": INGEST_METRICS_PORT}],
@@ -94,7 +100,7 @@ def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str
               LABEL_MANAGED_BY: MANAGER}
     tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"], job_login(dataset))
     container = {"name": "split", "command": ["ringfeed"],
-                 "args": ["split", "create", catalog_name, name, *arguments],
+                 "args": [literal(argument) for argument in ["split", "create", catalog_name, name, *arguments]],
                  "env": ring_env(dataset["spec"]["storage"], job_login(dataset)), "volumeMounts": tls_mounts,
                  "resources": config.resources.get("split", {})}
     return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, config,
