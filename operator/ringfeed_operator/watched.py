@@ -33,11 +33,17 @@ def job_entry(namespace: str, name: str, body: Mapping, **_) -> dict:
 
 
 def rank_pod_entry(namespace: str, labels: Mapping, body: Mapping, **_) -> dict:
-    """Index of rank Pods by (namespace, TrainingJob): what running_pods, pod_ready and the sidecar calls read."""
+    """Index of rank Pods by (namespace, TrainingJob): what running_pods, pod_ready, the sidecar calls and
+    status.pod_not_starting read (of the containers, only those waiting, by name and why)."""
     status = body.get("status") or {}
-    return {(namespace, labels[LABEL_TRAININGJOB]): {
-        "metadata": _trimmed_metadata(body.get("metadata") or {}),
-        "status": {key: status[key] for key in ("phase", "podIP", "conditions") if key in status}}}
+    kept = {key: status[key] for key in ("phase", "podIP", "conditions") if key in status}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        waiting = [{"name": container["name"], "state": {"waiting": container["state"]["waiting"]}}
+                   for container in status.get(key) or () if (container.get("state") or {}).get("waiting")]
+        if waiting:
+            kept[key] = waiting
+    return {(namespace, labels[LABEL_TRAININGJOB]): {"metadata": _trimmed_metadata(body.get("metadata") or {}),
+                                                     "status": kept}}
 
 
 def job_of(index: Mapping[tuple[str, str], Iterable[dict]], namespace: str, name: str) -> dict | None:

@@ -23,6 +23,7 @@ from ringfeed_operator.builders.trainingjob import (
     decode_mismatch,
     phase,
     rank_job,
+    rank_not_starting,
     rank_progress,
     rendezvous_service,
     running_pods,
@@ -337,3 +338,24 @@ def test_only_the_running_pods_of_the_current_job_are_its_ranks():
     # the old Job's Pods, terminating after a resize with their trainers alive, are never counted or commanded
     assert [p["metadata"]["name"] for p in running_pods(pods, job)] == ["a", "f"]
     assert running_pods(pods, None) == []
+
+
+def test_a_rank_pod_that_cannot_start_is_named_with_the_schedulers_words():
+    job = {"metadata": {"uid": "j1"}}
+    unscheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                   "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}
+
+    def pod(name: str, phase: str, uid: str = "j1", conditions=(), deleting: bool = False) -> dict:
+        metadata = {"name": name, "labels": {"batch.kubernetes.io/controller-uid": uid},
+                    "creationTimestamp": "2026-12-07T10:00:00Z"}
+        if deleting:
+            metadata["deletionTimestamp"] = "2026-12-07T10:01:00Z"
+        return {"metadata": metadata, "status": {"phase": phase, "conditions": list(conditions)}}
+
+    stuck = rank_not_starting([pod("a", "Running"), pod("b", "Pending", conditions=[unscheduled])], job)
+    assert stuck == "Pod b: Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    # an older Job's Pods, Pods going away and Pods being started say nothing
+    assert rank_not_starting([pod("c", "Pending", uid="old", conditions=[unscheduled])], job) is None
+    assert rank_not_starting([pod("d", "Pending", conditions=[unscheduled], deleting=True)], job) is None
+    assert rank_not_starting([pod("e", "Pending")], job) is None
+    assert rank_not_starting([pod("b", "Pending", conditions=[unscheduled])], None) is None

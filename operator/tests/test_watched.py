@@ -4,7 +4,7 @@ up."""
 from __future__ import annotations
 
 from ringfeed_operator.builders.trainingjob import pod_ready, running_pods
-from ringfeed_operator.status import job_state
+from ringfeed_operator.status import job_state, pod_not_starting
 from ringfeed_operator.watched import job_entry, job_of, rank_pod_entry, rank_pods_of
 
 UID = "4b1c"
@@ -65,3 +65,16 @@ def test_rank_pods_are_kept_by_trainingjob_with_what_the_timer_reads():
     # The same Pods as from the full objects the API gives.
     assert [p["metadata"]["name"] for p in running_pods(pods, job())] == [p["metadata"]["name"] for p in running]
     assert rank_pods_of(index, "other", "train") == []
+
+
+def test_a_rank_pod_waiting_to_start_keeps_why_and_nothing_else_of_its_containers():
+    waiting = pod(3, phase="Pending")
+    waiting["status"]["containerStatuses"] = [
+        {"name": "trainer", "image": "x", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "back-off"}}},
+        {"name": "other", "image": "y", "state": {"running": {"startedAt": "2026-12-07T10:00:00Z"}}}]
+    [(_, kept)] = rank_pod_entry(namespace="ml", labels=waiting["metadata"]["labels"], body=waiting).items()
+    assert kept["status"]["containerStatuses"] == [
+        {"name": "trainer", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "back-off"}}}]
+    assert pod_not_starting([kept]) == "Pod train-3: container trainer: ImagePullBackOff: back-off"
+    [(_, running)] = rank_pod_entry(namespace="ml", labels=pod(0)["metadata"]["labels"], body=pod(0)).items()
+    assert "containerStatuses" not in running["status"]

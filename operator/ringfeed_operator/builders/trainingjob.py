@@ -23,6 +23,7 @@ from ringfeed_operator.builders.queue import queue_labels, queue_name
 from ringfeed_operator.builders.ring import reader_login, ring_env, ring_volumes
 from ringfeed_operator.config import CacheConfig, JobsConfig
 from ringfeed_operator.isolation import SIDECAR_UID
+from ringfeed_operator.status import pod_not_starting
 
 LABEL_TRAININGJOB = "ringfeed.io/trainingjob"
 SIDECAR = "ringfeed-loader"
@@ -328,6 +329,14 @@ def running_pods(pods: list[dict], job: dict | None) -> list[dict]:
     return [pod for pod in pods
             if (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
             and uid in {(pod["metadata"].get("labels") or {}).get(label) for label in JOB_UID_LABELS}]
+
+
+def rank_not_starting(pods: list[dict], job: dict | None) -> str | None:
+    """Why a Pod of `job` cannot start (not schedulable: a GPU no node has, say; its image not pulled), or None."""
+    uid = ((job or {}).get("metadata") or {}).get("uid")
+    ranks = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")
+             and uid in {(pod["metadata"].get("labels") or {}).get(label) for label in JOB_UID_LABELS}]
+    return next(filter(None, (pod_not_starting([pod]) for pod in ranks)), None) if uid else None
 
 
 def pod_ready(pod: dict) -> bool:

@@ -31,6 +31,7 @@ from ringfeed_operator.builders.trainingjob import (
     phase,
     pod_ready,
     rank_job,
+    rank_not_starting,
     rank_progress,
     rendezvous_service,
     running_pods,
@@ -350,8 +351,12 @@ async def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict,
     conditions.set("Running", current == "Running", current)
     all_ready = current == "Running" and len(ready) == replicas
     if current not in FINAL_PHASES:
-        conditions.set("Ready", all_ready, "AllRanksFed" if all_ready else current,
-                       f"{len(ready)} of {replicas} Pod(s) ready, epoch {figures['epoch']} of {epochs}")
+        readiness = f"{len(ready)} of {replicas} Pod(s) ready, epoch {figures['epoch']} of {epochs}"
+        stuck = None if all_ready or held else rank_not_starting(rank_pods_of(rank_pods, namespace, name), job)
+        if stuck:
+            conditions.set("Ready", False, "PodNotStarting", f"{readiness}; {stuck}")
+        else:
+            conditions.set("Ready", all_ready, "AllRanksFed" if all_ready else current, readiness)
     patch.status.update(phase=current, ranks=ranks, replicasReady=len(ready), samplesPerSecond=rate,
                         observedAt=now, conditions=conditions.as_list(), **figures)
     if current == "Running" and not status.get("startTime"):
