@@ -26,7 +26,7 @@ INGEST_METRICS_PORT = 9102  # `ringfeed ingest --metrics-port`: progress and rej
 
 def literal(argument: str) -> str:
     """An argument the container gets as written: Kubernetes expands $(VAR) in args, and reads $$ as $ (a source path
-    or a filter value may hold either)."""
+    or a filter value may hold either). Every Job's arguments pass through it (`_job`)."""
     return argument.replace("$", "$$")
 
 
@@ -46,6 +46,7 @@ def _job(name: str, owner: dict, labels: dict, container: dict, config: JobsConf
             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                 "capabilities": {"drop": ["ALL"]}},
             **container,
+            "args": [literal(argument) for argument in container["args"]],
             "volumeMounts": [*container.get("volumeMounts", ()), {"name": "tmp", "mountPath": "/tmp"}],
         }],
         "volumes": [*volumes, {"name": "tmp", "emptyDir": {}}],
@@ -81,7 +82,7 @@ def ingest_job(dataset: dict, catalog_name: str, suffix: str, config: JobsConfig
         arguments.append("--full-decode")
     tls_volumes, tls_mounts = ring_volumes(spec["storage"], job_login(dataset))
     container = {
-        "name": "ingest", "command": ["ringfeed"], "args": [literal(argument) for argument in arguments],
+        "name": "ingest", "command": ["ringfeed"], "args": arguments,
         "env": ring_env(spec["storage"], job_login(dataset)),
         "volumeMounts": [{"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}, *tls_mounts],
         "ports": [{"name": "metrics", "containerPort": INGEST_METRICS_PORT}],
@@ -100,7 +101,7 @@ def split_job(split: dict, dataset: dict, catalog_name: str, arguments: list[str
               LABEL_MANAGED_BY: MANAGER}
     tls_volumes, tls_mounts = ring_volumes(dataset["spec"]["storage"], job_login(dataset))
     container = {"name": "split", "command": ["ringfeed"],
-                 "args": [literal(argument) for argument in ["split", "create", catalog_name, name, *arguments]],
+                 "args": ["split", "create", catalog_name, name, *arguments],
                  "env": ring_env(dataset["spec"]["storage"], job_login(dataset)), "volumeMounts": tls_mounts,
                  "resources": config.resources.get("split", {})}
     return _job(job_name(name, "split", split["metadata"]["uid"][:8]), split, labels, container, config,

@@ -320,23 +320,24 @@ def _sidecar(spec: dict, catalog: str, encoding: str, split_version: int, storag
 JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")  # the Job controller's, new and old
 
 
-def running_pods(pods: list[dict], job: dict | None) -> list[dict]:
-    """The Pods of `job` that run and are not being deleted. A Job made again (a resize, a resume) leaves the old
-    one's Pods terminating for a while, their trainers alive until killed: they are not ranks of the job any more."""
+def job_pods(pods: list[dict], job: dict | None) -> list[dict]:
+    """The Pods of `job` that are not being deleted. A Job made again (a resize, a resume) leaves the old one's Pods
+    terminating for a while, their trainers alive until killed: they are not ranks of the job any more."""
     uid = ((job or {}).get("metadata") or {}).get("uid")
     if not uid:
         return []
-    return [pod for pod in pods
-            if (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+    return [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")
             and uid in {(pod["metadata"].get("labels") or {}).get(label) for label in JOB_UID_LABELS}]
+
+
+def running_pods(pods: list[dict], job: dict | None) -> list[dict]:
+    """The Pods of `job` that run and are not being deleted: its ranks."""
+    return [pod for pod in job_pods(pods, job) if (pod.get("status") or {}).get("phase") == "Running"]
 
 
 def rank_not_starting(pods: list[dict], job: dict | None) -> str | None:
     """Why a Pod of `job` cannot start (not schedulable: a GPU no node has, say; its image not pulled), or None."""
-    uid = ((job or {}).get("metadata") or {}).get("uid")
-    ranks = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")
-             and uid in {(pod["metadata"].get("labels") or {}).get(label) for label in JOB_UID_LABELS}]
-    return next(filter(None, (pod_not_starting([pod]) for pod in ranks)), None) if uid else None
+    return next(filter(None, (pod_not_starting([pod]) for pod in job_pods(pods, job))), None)
 
 
 def pod_ready(pod: dict) -> bool:

@@ -322,7 +322,8 @@ async def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict,
     if job is None:
         return  # deleted by hand, or not made yet: reconcile (on resume) makes it again
     replicas, epochs = spec.get("replicas", 1), spec.get("epochs", 1)
-    live = running_pods(rank_pods_of(rank_pods, namespace, name), job)
+    pods = rank_pods_of(rank_pods, namespace, name)
+    live = running_pods(pods, job)
     ready = [p for p in live if pod_ready(p)]
     sidecars = spec.get("access", "sidecar") == "sidecar"
     reports = await rank_reports(live) if sidecars else {}  # posix: the trainers read files, nothing reports
@@ -352,7 +353,7 @@ async def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict,
     all_ready = current == "Running" and len(ready) == replicas
     if current not in FINAL_PHASES:
         readiness = f"{len(ready)} of {replicas} Pod(s) ready, epoch {figures['epoch']} of {epochs}"
-        stuck = None if all_ready or held else rank_not_starting(rank_pods_of(rank_pods, namespace, name), job)
+        stuck = None if all_ready or held else rank_not_starting(pods, job)
         if stuck:
             conditions.set("Ready", False, "PodNotStarting", f"{readiness}; {stuck}")
         else:
