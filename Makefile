@@ -172,17 +172,22 @@ lint-shell: ## shellcheck -S warning on every tracked shell script (following th
 	@command -v shellcheck >/dev/null || { echo "error: shellcheck is required (Debian: apt-get install shellcheck)" >&2; exit 1; }
 	shellcheck --external-sources --source-path=SCRIPTDIR -S warning $(SHELL_SCRIPTS)
 
-# The cluster's Go build (~13 min cold on 2 cores) starts first, in the background at a lower priority: it takes the
-# CPU that the downloads and the tests against Cassandra leave idle, and `make k8s-binaries` waits for it (a lock).
-# The operator's tests render the chart with its helm, so they come after it; the wheels (nasm, from node-packages)
-# come before the integration tests, which check them.
+# Every step is CPU-bound on 2 cores except where it waits, so the steps fill each other's idle time (a fresh clone's
+# run, timed by CI: docs/development.md, "CI time"):
+# - the cluster's Go build (~13 min cold) starts first, in the background at nice 10, beside the set-up;
+# - the tests against Cassandra nodes on loopback (client, data plane, monitoring: ~20 CPU-minutes) run in the
+#   background from the end of the set-up on (scripts/beside.sh), beside the image builds, the previous release's
+#   and the chart (~35 % idle: downloads, pushes, single-threaded steps); their output comes whole when they end. They
+#   need the wheels (test_wheels), so the set-up builds those (nasm first: node-packages). The e2e runs alone.
+# - the operator's tests render the chart with the cluster's helm.
 test: ## Run all tests: unit, real Cassandra nodes, the real local cluster
 	@mkdir -p .state && { nice -n 10 e2e/cluster/build-binaries.sh >.state/k8s-binaries.log 2>&1 & }
 	$(MAKE) --no-print-directory node-packages  # nasm first: the venv's extension is the wheel's build (deps)
 	$(MAKE) --no-print-directory deps test-rust alluxio $(WANPROXY) prometheus wheels
-	$(PY) -m pytest --durations=15 client/tests dataplane/tests monitoring/tests
-	$(MAKE) --no-print-directory k8s-binaries images lint-security
-	$(PY) -m pytest --durations=5 operator/tests
+	@scripts/beside.sh start cassandra-tests $(PY) -m pytest --durations=15 client/tests dataplane/tests monitoring/tests
+	@status=0; { $(MAKE) --no-print-directory k8s-binaries images lint-security chart previous-release \
+	  && $(PY) -m pytest --durations=5 operator/tests; } || status=$$?; \
+	  scripts/beside.sh wait cassandra-tests || status=$$?; exit $$status
 	$(MAKE) --no-print-directory test-e2e
 
 test-unit: deps test-rust $(PROMTOOL) ## Unit tests only (no servers, seconds)

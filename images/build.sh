@@ -81,7 +81,7 @@ build_wheels() { # ringfeed, ringfeed-client, ringfeed-operator and every depend
     local out=$cache/wheels lock=$repo/constraints.txt
     # The wheel that ships: libjpeg-turbo with its SIMD, which needs nasm (a dev build goes on without, more slowly).
     command -v nasm >/dev/null || { echo "error: nasm missing; run: e2e/cluster/install-packages.sh (libjpeg-turbo's SIMD)" >&2; exit 1; }
-    rm -rf "$out" && mkdir -p "$out"
+    rm -rf "$out" "$cache/wheels.key" && mkdir -p "$out"
     # One wheel for any Linux x86_64 with glibc >= 2.28 and any CPython >= 3.11 (abi3): zig (PyPI's ziglang, the
     # venv's) links against glibc 2.28's symbols on any build host, OpenSSL is built in statically (the
     # vendored-openssl feature, pyproject.toml), so the wheel needs no libssl of the host. The venv's editable build
@@ -98,6 +98,7 @@ build_wheels() { # ringfeed, ringfeed-client, ringfeed-operator and every depend
     rm -rf "$src"
     "$python" -m pip download --quiet --only-binary=:all: --constraint "$lock" --dest "$out" --find-links "$out" \
         "$out"/ringfeed-0*.whl "$out"/ringfeed_operator-*.whl
+    sources_key >"$cache/wheels.key"
 }
 
 build_trainer_context() { # the example trainer's context: torch and its pure-Python dependencies, the client, train.py
@@ -332,7 +333,8 @@ all() {
     local key name
     key=$(sources_key)
     if [[ $(cat "$cache/sources.key" 2>/dev/null) != "$key" ]]; then
-        timed wheels build_wheels
+        # Made by `make wheels` from the same sources already, they stay: make test's tests of them may be running.
+        [[ $(cat "$cache/wheels.key" 2>/dev/null) == "$key" ]] || timed wheels build_wheels
         timed "trainer context" build_trainer_context
         timed "alluxio context" build_alluxio_context
         for name in "${images[@]}"; do timed "$name" build_image "$name"; done

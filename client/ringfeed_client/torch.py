@@ -100,7 +100,18 @@ def _converter(device: torch.device | str | None, codec: str) -> _Converter:
 
 @functools.cache
 def _decoder(device: torch.device, codec: str) -> ImageDecoder:
-    return ImageDecoder(device, codec)
+    decoder = ImageDecoder(device, codec)
+    _DECODERS.append(decoder)
+    return decoder
+
+
+_DECODERS: list[ImageDecoder] = []
+
+
+def undecodable() -> int:
+    """How many images ``tensors`` left out of this process's batches so far because they could not be decoded
+    (decode device gpu: the loader's ``stats.corrupt`` counts only what it decoded itself)."""
+    return sum(decoder.corrupt for decoder in _DECODERS)
 
 
 def _owned(item):

@@ -27,7 +27,8 @@ keyed_build_reused() {
 # keyed_build_start: Go is there; an empty $out/bin; the time the build started in `started`.
 keyed_build_start() {
     command -v go >/dev/null || { echo "error: Go is needed to build from the Go module proxy (apt install golang or go.dev)" >&2; exit 1; }
-    export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
+    # shellcheck source=../../scripts/go-env.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/go-env.sh"
     rm -rf "$out" && mkdir -p "$out/bin"
     # shellcheck disable=SC2034  # read by the caller for its "built in" line
     started=$(date +%s)

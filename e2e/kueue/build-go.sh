@@ -9,7 +9,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: build-go.sh OUT}
-export GOFLAGS="-buildvcs=false -modcacherw" GOTOOLCHAIN=local CGO_ENABLED=0
+# shellcheck source=../../scripts/go-env.sh
+source "$here/../../scripts/go-env.sh"
+export CGO_ENABLED=0
 mkdir -p "$out"
 cd "$here/gomod"
 go build -trimpath -ldflags "-s -w" -o "$out/kueue" sigs.k8s.io/kueue/cmd/kueue

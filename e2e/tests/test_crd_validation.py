@@ -28,6 +28,12 @@ PLURALS = {"Dataset": "datasets", "Split": "splits", "TrainingJob": "trainingjob
 DELETE = object()  # a mutation that removes the field
 
 
+def above(path: str, resource: str) -> str:
+    """The rejection of a request above its limit, as the resources' CEL rule words it."""
+    return (f'{path}: Invalid value: "object": requests.{resource} is above limits of the same name: a request may not '
+            "exceed its limit")
+
+
 def sample(kind: str) -> dict:
     return yaml.safe_load((CRDS / "samples" / f"{kind.lower()}.yaml").read_text())
 
@@ -258,6 +264,14 @@ BAD = [
     # Dataset: cache tier
     ("Dataset", "cache-memory-not-a-size", {"spec.cache": {"alluxio": {"memory": "1.5Gi"}}},
      "spec.cache.alluxio.memory in body should match"),
+    ("Dataset", "ingest-request-above-limit",
+     {"spec.ingest.resources": {"requests": {"memory": "1025Mi"}, "limits": {"memory": "1Gi"}}},
+     above("spec.ingest.resources", "memory")),
+    ("Dataset", "ingest-request-negative", {"spec.ingest.resources": {"requests": {"cpu": "-1"}}},
+     "spec.ingest.resources.requests.cpu in body should match"),
+    ("Dataset", "cache-worker-request-above-limit", {"spec.cache": {"alluxio": {"resources": {"worker": {
+        "requests": {"cpu": "1", "memory": "3Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}}}}},
+     above("spec.cache.alluxio.resources.worker", "memory")),
     ("Dataset", "cache-memory-too-small", {"spec.cache": {"alluxio": {"memory": "16Mi"}}},
      "spec.cache.alluxio.memory must be at least 64Mi"),
     # Dataset: keyspace and replication
@@ -416,6 +430,12 @@ BAD = [
      "batchSize in body should be greater than or equal to 1"),
     ("TrainingJob", "remainder-unknown", {"spec.loader.remainder": "wrap"}, 'Unsupported value: "wrap"'),
     ("TrainingJob", "missing-unknown", {"spec.loader.missing": "ignore"}, 'Unsupported value: "ignore"'),
+    ("TrainingJob", "sidecar-request-above-limit",
+     {"spec.sidecar": {"resources": {"requests": {"cpu": "1500m"}, "limits": {"cpu": 1}}}},
+     above("spec.sidecar.resources", "cpu")),
+    ("TrainingJob", "trainer-request-above-limit", {"spec.template.spec.containers.0.resources": {
+        "requests": {"nvidia.com/gpu": 2}, "limits": {"nvidia.com/gpu": "1"}}},
+     above("spec.template.spec.containers[0].resources", "nvidia.com/gpu")),
     ("TrainingJob", "sidecar-resources-not-a-quantity", {"spec.sidecar": {"resources": {"requests": {"cpu": "two"}}}},
      "spec.sidecar.resources.requests.cpu in body should match"),
     ("TrainingJob", "trainer-resources-not-a-quantity",
@@ -457,6 +477,9 @@ BAD = [
      'Unsupported value: "CpuPercent"'),
     ("Ring", "autoscaling-window-5s", {"spec.autoscaling.windowSeconds": 5},
      "windowSeconds in body should be greater than or equal to 10"),
+    ("Ring", "request-above-limit",
+     {"spec.resources": {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"cpu": "3.5", "memory": "8Gi"}}},
+     above("spec.resources", "cpu")),
     ("Ring", "resources-not-a-quantity", {"spec.resources.requests.cpu": "two"},
      "spec.resources.requests.cpu in body should match"),
 ]
@@ -517,8 +540,11 @@ def test_misspelt_field_is_refused(crds: Api, scratch: str, kind: str, changes: 
     {"spec.ingest.source.volume": {"hostPath": {"path": "/data/slides", "type": "Directory"}}},
     {"spec.ingest.resources": {"requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": 1_000_000},
                                "limits": {"memory": "1.5Gi", "cpu": 2}}},
+    # a request equal to its limit in other units, an integer against a string, a request without its limit
+    {"spec.ingest.resources": {"requests": {"cpu": 2, "memory": "1024Mi", "ephemeral-storage": "1e9"},
+                               "limits": {"cpu": "2000m", "memory": "1Gi"}}},
 ], ids=["contact-points-ip-and-names", "ca-secret-dotted", "columns-containing-keywords", "nfs", "config-map",
-        "csi", "ephemeral", "host-path", "resources"])
+        "csi", "ephemeral", "host-path", "resources", "resources-request-at-limit"])
 def test_valid_dataset_variants_are_accepted_whole(crds: Api, scratch: str, changes: dict):
     created = crds.create(scratch, mutated("Dataset", changes), dry_run=True, strict=True)
     for path, value in changes.items():   # nothing pruned: every field given is stored (defaults may be added)

@@ -131,6 +131,7 @@ def test_chart_lints_and_renders_least_privilege(cluster: Cluster):
     needed |= {("control.k8ssandra.io", "cassandratasks", verb) for verb in ("list", "create")}
     needed |= {("kueue.x-k8s.io", "workloads", "list")}  # why a queued TrainingJob waits
     needed |= {("", "pods", "list"), ("", "pods", "watch"), ("", "pods/log", "get"), ("", "events", "create")}
+    needed |= {("", "events", "list")}  # a Pod's Warnings while its containers are not created (FailedMount)
     # Services: a TrainingJob's rendezvous Service (get, create) and a cache tier's master Service (applied: patch,
     # deleted with spec.cache); a cache tier's StatefulSet and DaemonSets likewise; NetworkPolicies (applied).
     needed |= {(group, resource, verb) for group, resource in (("", "services"), ("apps", "statefulsets"),
@@ -323,6 +324,10 @@ def test_a_ring_certificate_from_another_ca_is_refused(cluster: Cluster, ns: str
 
 
 def test_a_failed_ingest_and_an_infeasible_split_are_reported_once(cluster: Cluster, ns: str, ring, source):
+    # A source volume the kubelet cannot mount leaves the Pod in ContainerCreating; the reason is in its events only.
+    unmounted = dataset_manifest("unmounted", ring)
+    unmounted["spec"]["ingest"]["source"]["volume"] = {"configMap": {"name": "no-such-manifests"}}
+    create(cluster, ns, "datasets", unmounted)
     manifest = dataset_manifest("broken", ring)
     manifest["spec"]["ingest"]["source"]["path"] = "no-such-manifest.csv"
     create(cluster, ns, "datasets", manifest)
@@ -357,6 +362,11 @@ def test_a_failed_ingest_and_an_infeasible_split_are_reported_once(cluster: Clus
     message = condition(stuck, "Ingesting")["message"]
     assert stuck["status"]["ingest"]["jobName"].endswith("-g3") and "Unschedulable" in message
     assert "Insufficient cpu" in message, message
+    stuck = cluster.wait("Ingesting PodNotStarting FailedMount",
+                         lambda: (obj := get(cluster, ns, "datasets", "unmounted"))
+                         and condition(obj, "Ingesting").get("reason") == "PodNotStarting" and obj, timeout_s=90)
+    message = condition(stuck, "Ingesting")["message"]
+    assert "FailedMount" in message and 'configmap "no-such-manifests" not found' in message, message
 
     create(cluster, ns, "splits", {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Split",
                                    "metadata": {"name": "too-many-parts"},
@@ -367,9 +377,11 @@ def test_a_failed_ingest_and_an_infeasible_split_are_reported_once(cluster: Clus
         "message"]
     assert [e.reason for e in events(cluster, ns, "too-many-parts")].count("SplitFailed") == 1
     cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "splits", "too-many-parts")
-    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "datasets", "broken")
+    for name in ("broken", "unmounted"):
+        cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "datasets", name)
     cluster.wait("deleted", lambda: get(cluster, ns, "splits", "too-many-parts") is None
-                 and get(cluster, ns, "datasets", "broken") is None, timeout_s=60)
+                 and get(cluster, ns, "datasets", "broken") is None and get(cluster, ns, "datasets", "unmounted")
+                 is None, timeout_s=60)
 
 
 def test_deletion_guards_hold_until_references_are_gone(cluster: Cluster, ns: str, ring, source, store):

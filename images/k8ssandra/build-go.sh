@@ -13,7 +13,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out=${1:?usage: build-go.sh OUT}
 kubectl=${KUBECTL:-${RINGFEED_CACHE:?set RINGFEED_CACHE (the Makefile does)}/k8s/bin/kubectl}
-export GOFLAGS="-buildvcs=false -modcacherw" GOTOOLCHAIN=local CGO_ENABLED=0
+# shellcheck source=../../scripts/go-env.sh
+source "$here/../../scripts/go-env.sh"
+export CGO_ENABLED=0
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ringfeed-k8ssandra-go.XXXXXX")
 trap 'rm -rf "$work"' EXIT

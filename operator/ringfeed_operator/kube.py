@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import kubernetes
-from kubernetes.client import V1Job, V1Pod, V1Secret, V1Service
+from kubernetes.client import CoreV1Event, V1Job, V1Pod, V1Secret, V1Service
 from kubernetes.client.exceptions import ApiException
 
 GROUP = "ringfeed.io"
@@ -71,6 +71,14 @@ def _created(pod: V1Pod) -> dt.datetime:
     if pod.metadata is None or pod.metadata.creation_timestamp is None:
         raise ValueError(f"Pod {_name(pod)} without metadata.creationTimestamp from the API server")
     return pod.metadata.creation_timestamp
+
+
+def _event_time(event: CoreV1Event) -> dt.datetime:
+    """When an event last happened: its lastTimestamp (core events), eventTime (events.k8s.io ones), or creation."""
+    return event.last_timestamp or event.event_time or event.metadata.creation_timestamp or _EPOCH
+
+
+_EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
 
 
 def load_configuration() -> None:
@@ -272,6 +280,15 @@ class Kube:
     def pods(self, namespace: str, selector: str) -> list[dict]:
         return [self._api.sanitize_for_serialization(pod)
                 for pod in self._core.list_namespaced_pod(namespace, label_selector=selector).items]
+
+    def latest_warning(self, namespace: str, kind: str, name: str) -> tuple[str, str] | None:
+        """(reason, message) of the newest Warning event about that object, or None."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name},type=Warning"
+        events = self._core.list_namespaced_event(namespace, field_selector=selector).items
+        if not events:
+            return None
+        newest = max(events, key=_event_time)
+        return newest.reason or "", newest.message or ""
 
     def delete_jobs(self, namespace: str, selector: str, fields: str = "") -> None:
         """Delete the Jobs of a label selector (and a field selector) and, in the background, their Pods."""

@@ -107,5 +107,35 @@ def pod_not_starting(pods: list[dict]) -> str | None:
     return None
 
 
+# A Pod scheduled this long ago whose containers are still being created waits for something the kubelet reports only
+# in its events (a volume that cannot be mounted, a sandbox that cannot be made). Image pulls look the same, with no
+# Warning: ContainerCreating alone is not an error.
+SLOW_CREATION_S = 30
+
+
+def pods_created_slowly(pods: list[dict], now: dt.datetime) -> list[str]:
+    """The Pending Pods, not being deleted, scheduled more than SLOW_CREATION_S before `now` whose containers all
+    still wait to be created."""
+    slow = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") != "Pending" or pod["metadata"].get("deletionTimestamp"):
+            continue
+        scheduled = next((c.get("lastTransitionTime") for c in status.get("conditions") or ()
+                          if c["type"] == "PodScheduled" and c.get("status") == "True"), None)
+        if not scheduled or (now - timestamp(scheduled)).total_seconds() < SLOW_CREATION_S:
+            continue
+        containers = [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
+        reasons = {((c.get("state") or {}).get("waiting") or {}).get("reason") for c in containers}
+        if reasons <= STARTING_REASONS:  # no statuses yet counts too: the sandbox is not made
+            slow.append(pod["metadata"]["name"])
+    return slow
+
+
+def warning_summary(pod: str, reason: str, message: str | None) -> str:
+    """How a Pod's Warning event reads in a condition: "Pod P: FailedMount: MountVolume.SetUp failed for …"."""
+    return _joined(f"Pod {pod}", reason, message)
+
+
 def _joined(*parts: str | None) -> str:
     return ": ".join(part for part in parts if part)

@@ -61,10 +61,20 @@ QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
                       r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 
 
-def test_quantities_use_the_apiservers_pattern():
-    patterns = {node["pattern"] for plural in ("datasets", "trainingjobs") for _, node in walk(crd(plural))
-                if node.get("x-kubernetes-int-or-string")}
-    assert patterns == {QUANTITY.pattern}
+# What a container's resources and a volume's size may be: the same, never negative (a Pod with one is refused).
+NON_NEGATIVE_QUANTITY = re.compile(QUANTITY.pattern.replace(r"^(\+|-)?", r"^\+?", 1))
+
+
+def test_quantities_use_the_apiservers_pattern_without_its_sign():
+    """Heap and storage sizes are whole bytes or binary units: patterns of their own."""
+    patterns = {node["pattern"] for plural in ("datasets", "trainingjobs", "rings") for _, node in walk(crd(plural))
+                if node.get("x-kubernetes-int-or-string") and not node["pattern"].startswith("^[0-9]+(")}
+    assert patterns == {NON_NEGATIVE_QUANTITY.pattern}
+    assert NON_NEGATIVE_QUANTITY.pattern != QUANTITY.pattern
+    for text in ("500m", "+2", "1e-3", "4Gi"):
+        assert NON_NEGATIVE_QUANTITY.match(text), text
+    for text in ("-1", "-0.5Gi", "- 1"):
+        assert not NON_NEGATIVE_QUANTITY.match(text), text
 
 
 @pytest.mark.parametrize("text", ["500m", "2", "4Gi", "1e3", "+1", ".5", "1.5Gi", "2E", "-1", "1E+3", "4 GB", "4Gb",

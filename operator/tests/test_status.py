@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
-from ringfeed_operator.status import Conditions, drop_unchanged_status, job_state, pod_not_starting
+from ringfeed_operator.status import (
+    SLOW_CREATION_S,
+    Conditions,
+    drop_unchanged_status,
+    job_state,
+    pod_not_starting,
+    pods_created_slowly,
+)
 
 
 def test_conditions_keep_transition_time_until_the_status_changes():
@@ -108,3 +117,39 @@ UNSCHEDULED = {"type": "PodScheduled", "status": "False", "reason": "Unschedulab
         "newest-runs", "newest-unschedulable"])
 def test_a_pod_that_cannot_start_is_named_with_its_reason(pods, expected):
     assert pod_not_starting(pods) == expected
+
+
+NOW = dt.datetime(2026, 12, 7, 10, 10, tzinfo=dt.UTC)
+
+
+def _scheduled(seconds_ago: float) -> dict:
+    at = (NOW - dt.timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"type": "PodScheduled", "status": "True", "lastTransitionTime": at}
+
+
+LONG_AGO = SLOW_CREATION_S + 5
+
+
+@pytest.mark.parametrize(("pods", "expected"), [
+    ([], []),
+    ([_pod("p", "", conditions=[_scheduled(LONG_AGO)], containers=[_waiting("ingest", "ContainerCreating")])],
+     ["p"]),
+    ([_pod("p", "", conditions=[_scheduled(LONG_AGO)], init_containers=[_waiting("tls", "PodInitializing")],
+           containers=[_waiting("trainer", "PodInitializing")])], ["p"]),
+    ([_pod("p", "", conditions=[_scheduled(LONG_AGO)])], ["p"]),  # no statuses yet: its sandbox is not made
+    ([_pod("p", "", conditions=[_scheduled(SLOW_CREATION_S - 5)], containers=[_waiting("i", "ContainerCreating")])],
+     []),
+    ([_pod("p", "", conditions=[UNSCHEDULED])], []),
+    ([_pod("p", "", conditions=[_scheduled(LONG_AGO)], containers=[_waiting("i", "ImagePullBackOff")])], []),
+    ([_pod("p", "", conditions=[_scheduled(LONG_AGO)], init_containers=[_waiting("tls", "PodInitializing")],
+           containers=[_waiting("trainer", "CrashLoopBackOff")])], []),
+    ([_pod("p", "", phase="Running", conditions=[_scheduled(LONG_AGO)])], []),
+    ([{**_pod("p", "", conditions=[_scheduled(LONG_AGO)]), "metadata": {"name": "p", "deletionTimestamp": "x"}}],
+     []),
+    ([_pod("a", "", conditions=[_scheduled(LONG_AGO)]), _pod("b", "", phase="Running"),
+      _pod("c", "", conditions=[_scheduled(LONG_AGO)], containers=[_waiting("i", "ContainerCreating")])],
+     ["a", "c"]),
+], ids=["no-pods", "creating", "initializing", "no-statuses", "recently-scheduled", "unscheduled", "other-reason",
+        "one-container-failing", "running", "deleted", "several"])
+def test_pods_whose_containers_are_not_created_long_after_scheduling(pods, expected):
+    assert pods_created_slowly(pods, NOW) == expected

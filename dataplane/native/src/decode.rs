@@ -10,7 +10,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use fast_image_resize::images::{Image as ResizeTarget, ImageRef as ResizeSource};
 use fast_image_resize::{CropBox, FilterType, IntoImageView, PixelType, ResizeAlg, ResizeOptions, Resizer};
-use image::DynamicImage;
+use image::{DynamicImage, ImageDecoder};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -106,12 +106,22 @@ pub(crate) fn decode_image(encoded: &[u8], shape: &ImageShape, key: u64, out: &m
     decode_whole(encoded, shape, key, out)
 }
 
-/// The whole image decoded, then fitted: the path of PNGs, and the reference the fused decode is measured against.
+/// The whole image decoded, then the fit's area (`fit_area`) resized and mirrored: the path of PNGs and of the JPEGs
+/// libjpeg-turbo does not decode, and the reference the fused decode is measured against.
 pub(crate) fn decode_whole(encoded: &[u8], shape: &ImageShape, key: u64, out: &mut [u8]) -> Result<(), String> {
-    match shape.fit {
-        Fit::Random(random) => full_random_crop(encoded, shape, &random, key, out),
-        Fit::Stretch | Fit::CentreCrop => decode_and_fit(encoded, shape, out),
+    let source = decode_full(encoded, shape.channels)?;
+    let (width, height) = (source.width(), source.height());
+    let (area, flip) = fit_area(shape, key, width, height);
+    let whole = area.left == 0.0 && area.top == 0.0 && area.width == f64::from(width) && area.height == f64::from(height);
+    if whole && (width, height) == (shape.width, shape.height) {
+        out.copy_from_slice(source.as_bytes());
+    } else {
+        resize(&source, shape, ResizeOptions::new().crop(area.left, area.top, area.width, area.height), out)?;
     }
+    if flip {
+        mirror(out, shape.width as usize, shape.channels as usize);
+    }
+    Ok(())
 }
 
 /// Refuses an image whose header declares no pixels, or more than `MAX_IMAGE_PIXELS`.
@@ -183,52 +193,21 @@ fn is_jpeg(encoded: &[u8]) -> bool {
     encoded.starts_with(&[0xff, 0xd8, 0xff])
 }
 
-/// The whole image decoded, as `channels` 1 (grey) or 3 (RGB); its size checked first, since the conversion after
-/// the decode is outside the decoder's allocation limit.
+/// The whole image decoded, as `channels` 1 (grey) or 3 (RGB); its size checked from the header first, since the
+/// conversion after the decode is outside the decoder's allocation limit.
 fn decode_full(encoded: &[u8], channels: u8) -> Result<DynamicImage, String> {
-    image_dimensions(encoded)?;
-    let decoded = image::load_from_memory(encoded).map_err(|err| format!("cannot decode: {err}"))?;
+    let decoder = image::ImageReader::new(std::io::Cursor::new(encoded))
+        .with_guessed_format()
+        .map_err(|err| format!("cannot read: {err}"))?
+        .into_decoder()
+        .map_err(|err| format!("cannot decode: {err}"))?;
+    let (width, height) = decoder.dimensions();
+    check_image_size(width, height).map_err(|reason| format!("cannot decode: {reason}"))?;
+    let decoded = DynamicImage::from_decoder(decoder).map_err(|err| format!("cannot decode: {err}"))?;
     Ok(match channels {
         1 => DynamicImage::ImageLuma8(decoded.into_luma8()),
         _ => DynamicImage::ImageRgb8(decoded.into_rgb8()),
     })
-}
-
-/// The evaluation transforms: the whole image decoded, then stretched or centre-cropped to the target.
-fn decode_and_fit(encoded: &[u8], shape: &ImageShape, out: &mut [u8]) -> Result<(), String> {
-    let source = decode_full(encoded, shape.channels)?;
-    if source.width() == shape.width && source.height() == shape.height {
-        out.copy_from_slice(source.as_bytes());
-        return Ok(());
-    }
-    let mut options = ResizeOptions::new();
-    if shape.fit == Fit::CentreCrop {
-        options = options.fit_into_destination(Some((0.5, 0.5)));
-    }
-    resize(&source, shape, options, out)
-}
-
-/// RandomResizedCrop the plain way: the whole image decoded, then the crop resized and mirrored.
-fn full_random_crop(
-    encoded: &[u8],
-    shape: &ImageShape,
-    random: &RandomCrop,
-    key: u64,
-    out: &mut [u8],
-) -> Result<(), String> {
-    let source = decode_full(encoded, shape.channels)?;
-    let crop = random.crop(key, source.width(), source.height());
-    let options = ResizeOptions::new().crop(
-        f64::from(crop.left),
-        f64::from(crop.top),
-        f64::from(crop.width),
-        f64::from(crop.height),
-    );
-    resize(&source, shape, options, out)?;
-    if crop.flip {
-        mirror(out, shape.width as usize, shape.channels as usize);
-    }
-    Ok(())
 }
 
 /// A JPEG decoded to `shape` by libjpeg-turbo: the fit's area (`fit_area`) drawn from the header's size, only its
@@ -826,9 +805,8 @@ mod tests {
             let shape = random_shape(size, size, channels, imagenet_crop(0.5));
             let (mut fused, mut reference) = (vec![0; shape.item_bytes()], vec![0; shape.item_bytes()]);
             for n in 0..40 {
-                let Fit::Random(random) = shape.fit else { unreachable!() };
                 fused_decode(&jpeg, &shape, key(n), &mut fused).expect("fused decode");
-                full_random_crop(&jpeg, &shape, &random, key(n), &mut reference).expect("full decode");
+                decode_whole(&jpeg, &shape, key(n), &mut reference).expect("full decode");
                 let difference = mean_difference(&fused, &reference);
                 assert!(difference < 2.5, "{size}x{size}x{channels}, sample {n}: mean difference {difference}");
             }
@@ -883,10 +861,22 @@ mod tests {
         let png = two_colour_png(64, 32);
         let shape = random_shape(8, 8, 3, imagenet_crop(0.5));
         let Fit::Random(random) = shape.fit else { unreachable!() };
+        let source = image::load_from_memory(&png).expect("decodes").into_rgb8();
         let (mut out, mut reference) = (vec![0; 192], vec![0; 192]);
         for n in 0..10 {
             decode_image(&png, &shape, key(n), &mut out).expect("decodes");
-            full_random_crop(&png, &shape, &random, key(n), &mut reference).expect("decodes");
+            // The reference: the crop drawn for the sample, out of the whole image, resized, mirrored if drawn so.
+            let crop = random.crop(key(n), 64, 32);
+            let options = ResizeOptions::new().crop(
+                f64::from(crop.left),
+                f64::from(crop.top),
+                f64::from(crop.width),
+                f64::from(crop.height),
+            );
+            resize(&DynamicImage::ImageRgb8(source.clone()), &shape, options, &mut reference).expect("resizes");
+            if crop.flip {
+                mirror(&mut reference, 8, 3);
+            }
             assert_eq!(out, reference);
         }
     }

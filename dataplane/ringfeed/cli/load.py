@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import click
 
@@ -46,26 +47,37 @@ def parse_size(text: str | None):
     return Decode(int(height), int(width))
 
 
-def run_epochs(loader, epochs: int) -> list[tuple[int, float]]:
-    """Iterates `epochs` epochs with a progress bar; returns (samples, seconds) per epoch. Images the loader leaves
-    to the GPU (decode device gpu) are decoded there, as a trainer's ``ringfeed_client.torch.tensors`` does."""
+@dataclass
+class Epochs:
+    """What ``run_epochs`` measured: (samples, seconds) per epoch, and the images the trainer's decode (decode
+    device gpu) could not decode, which the loader's stats do not count."""
+
+    results: list[tuple[int, float]] = field(default_factory=list)
+    undecodable: int = 0
+
+
+def run_epochs(loader, epochs: int) -> Epochs:
+    """Iterates `epochs` epochs with a progress bar. Images the loader leaves to the GPU (decode device gpu) are
+    decoded there, as a trainer's ``ringfeed_client.torch.tensors`` does."""
     on_gpu = loader.options.trainer_decode is not None
-    results = []
+    measured = Epochs()
+    if on_gpu:
+        from ringfeed_client.torch import tensors, undecodable
+        undecodable_before = undecodable()
     with progress_bar() as progress:
         for _ in range(epochs):
             task = progress.add_task(f"epoch {loader.epoch}", total=len(loader))
             samples, started = 0, time.perf_counter()
-            batches = loader
-            if on_gpu:
-                from ringfeed_client.torch import tensors
-                batches = tensors(loader)
+            batches = tensors(loader) if on_gpu else loader
             for batch in batches:
                 samples += len(batch[1])
                 progress.advance(task)
             if on_gpu:
                 synchronize_gpu()
-            results.append((samples, time.perf_counter() - started))
-    return results
+            measured.results.append((samples, time.perf_counter() - started))
+    if on_gpu:
+        measured.undecodable = undecodable() - undecodable_before
+    return measured
 
 
 def loader_flags(command):
@@ -169,18 +181,19 @@ def load(ctx, dataset, split, part, epochs, **flags):
     options = options_from_flags(**flags)
     with open_store(ctx) as store:
         loader = Loader(dataset, split, part, options=options, store=store)
-    results = run_epochs(loader, epochs)
-    print_throughput(loader, results)
+    print_throughput(loader, run_epochs(loader, epochs))
 
 
-def print_throughput(loader, results: list[tuple[int, float]]) -> None:
+def print_throughput(loader, measured: Epochs) -> None:
+    results = measured.results
     for epoch, (samples, seconds) in enumerate(results):
         console.print(f"epoch {epoch}: {samples:,} samples in {seconds:.2f} s = [bold]{samples / seconds:,.0f}[/] "
                       "samples/s")
     stats = loader.stats
     seconds = sum(s for _, s in results)
+    trainer_side = f" ({measured.undecodable} of them found by the trainer-side decode)" if measured.undecodable else ""
     console.print(f"{stats.batches:,} batches, {human_bytes(stats.bytes)} ({stats.bytes / seconds / 1e6:,.1f} MB/s), "
                   f"waited for data {stats.wait_s:.2f} s of {seconds:.2f} s; retries {stats.retries}, "
-                  f"missing {stats.missing}, corrupt {stats.corrupt}")
+                  f"missing {stats.missing}, corrupt {stats.corrupt + measured.undecodable}{trainer_side}")
     for uuid, reason in stats.corrupt_samples[:5]:
         console.print(f"  corrupt {uuid}: {reason}")

@@ -7,10 +7,16 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+
+import pytest
 
 from ringfeed.demo import make_demo_set
 from ringfeed.ids import sample_uuid
+from ringfeed.loader import LoaderSource
+
+from conftest import ingest_demo_slides
 
 RINGFEED = str(Path(sys.executable).with_name("ringfeed"))
 
@@ -248,3 +254,18 @@ def test_local_down_without_a_ring_says_so_and_fails(tmp_path):
                           text=True)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("error: no local ring is running") and "nothing to stop" in proc.stderr
+
+
+def test_load_counts_the_images_the_trainer_side_decode_could_not_decode(cassandra_node, store, dataset_name,
+                                                                          tmp_path):
+    """With --decode-device gpu the loader hands the stored bytes on and the trainer's decode (torchvision's, here
+    on the CPU) finds the damage the header did not show: the summary counts it with the loader's own."""
+    pytest.importorskip("torchvision")
+    ingest_demo_slides(store, dataset_name, tmp_path)
+    victim = uuid.UUID(bytes=LoaderSource.from_split(dataset_name, "s", "train", store=store).uuids[3].tobytes())
+    table = f"{dataset_name}.data_by_uuid"
+    data = store.session.execute(f"SELECT data FROM {table} WHERE uuid = %s", (victim,)).one()[0]
+    store.session.execute(f"UPDATE {table} SET data = %s WHERE uuid = %s", (data[:len(data) // 2], victim))
+    for device, summary in (("gpu", "corrupt 1 (1 of them found by the trainer-side decode)"), ("cpu", "corrupt 1\n")):
+        out = run(cassandra_node, "load", dataset_name, "s", "--decode", "32x32", "--decode-device", device).stdout
+        assert summary in out, out

@@ -22,7 +22,7 @@ from ringfeed_client.batch import Blobs  # noqa: E402 (after the skip: both need
 from ringfeed_client.codecs import CODECS  # noqa: E402
 from ringfeed_client.decode import ImageDecoder  # noqa: E402
 from ringfeed_client.resample import filter_weights, resize_boxes  # noqa: E402
-from ringfeed_client.torch import tensors  # noqa: E402
+from ringfeed_client.torch import tensors, undecodable  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 CODEC_NAMES = list(CODECS)
@@ -173,9 +173,11 @@ def test_an_image_that_cannot_be_decoded_leaves_the_batch_with_its_label_and_is_
     blobs.spans = np.array([[0, len(good)], [len(good), len(good) + len(bad)],
                             [len(good) + len(bad), 2 * len(good) + len(bad)]], dtype=np.int64)
     labels, uuids = np.array([7, 8, 9]), np.arange(48, dtype=np.uint8).reshape(3, 16)
+    before = undecodable()
     (x, y, ids), = tensors([(blobs, labels, uuids)], device="cpu", codec=codec)
     assert x.shape == (2, 32, 32, 3)
     assert y.tolist() == [7, 9] and ids[:, 0].tolist() == [0, 32]
+    assert undecodable() == before + 1  # what ringfeed load adds to the loader's own count
 
 
 @pytest.mark.parametrize("codec", CODEC_NAMES)

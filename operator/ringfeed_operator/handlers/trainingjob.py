@@ -27,6 +27,7 @@ from ringfeed_operator.builders.trainingjob import (
     control_secret,
     control_secret_name,
     decode_mismatch,
+    job_pods,
     labels_of,
     phase,
     pod_ready,
@@ -40,7 +41,7 @@ from ringfeed_operator.builders.trainingjob import (
 )
 from ringfeed_operator.context import Context
 from ringfeed_operator.feeds import by_rank, command_all, pod_feeds, rank_reports
-from ringfeed_operator.handlers.common import event, give_up
+from ringfeed_operator.handlers.common import creation_warning, event, give_up
 from ringfeed_operator.isolation import dataset_secret_names, isolation_breaches, refusal, secret_references
 from ringfeed_operator.kube import JobRejected
 from ringfeed_operator.status import Conditions, job_state, now_rfc3339
@@ -354,6 +355,8 @@ async def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict,
     if current not in FINAL_PHASES:
         readiness = f"{len(ready)} of {replicas} Pod(s) ready, epoch {figures['epoch']} of {epochs}"
         stuck = None if all_ready or held else rank_not_starting(pods, job)
+        if not (stuck or all_ready or held):
+            stuck = await asyncio.to_thread(creation_warning, memo.kube, namespace, job_pods(pods, job))
         if stuck:
             conditions.set("Ready", False, "PodNotStarting", f"{readiness}; {stuck}")
         else:
