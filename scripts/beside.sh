@@ -5,8 +5,8 @@
 #   beside.sh start NAME COMMAND…   starts COMMAND; its log is .state/beside/NAME.log
 #   beside.sh wait NAME             waits for it to end, prints its log, exits with its status
 #
-# A `make test` stopped before its wait (Ctrl-C, a failed step) leaves no command behind: start kills the one a
-# stopped run of the same NAME left.
+# The command runs in a session of its own, so a `make test` stopped before its wait (Ctrl-C) leaves it running; the
+# next start of the same NAME kills what is left of it first.
 set -euo pipefail
 
 state=.state/beside

@@ -73,12 +73,12 @@ def _created(pod: V1Pod) -> dt.datetime:
     return pod.metadata.creation_timestamp
 
 
+_EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
+
+
 def _event_time(event: CoreV1Event) -> dt.datetime:
     """When an event last happened: its lastTimestamp (core events), eventTime (events.k8s.io ones), or creation."""
     return event.last_timestamp or event.event_time or event.metadata.creation_timestamp or _EPOCH
-
-
-_EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
 
 
 def load_configuration() -> None:

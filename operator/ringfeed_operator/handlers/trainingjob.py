@@ -354,9 +354,10 @@ async def watch(name: str, namespace: str, spec: dict, status: dict, meta: dict,
     all_ready = current == "Running" and len(ready) == replicas
     if current not in FINAL_PHASES:
         readiness = f"{len(ready)} of {replicas} Pod(s) ready, epoch {figures['epoch']} of {epochs}"
-        stuck = None if all_ready or held else rank_not_starting(pods, job)
-        if not (stuck or all_ready or held):
-            stuck = await asyncio.to_thread(creation_warning, memo.kube, namespace, job_pods(pods, job))
+        stuck = None
+        if not (all_ready or held):
+            stuck = rank_not_starting(pods, job) or await asyncio.to_thread(
+                creation_warning, memo.kube, namespace, job_pods(pods, job))
         if stuck:
             conditions.set("Ready", False, "PodNotStarting", f"{readiness}; {stuck}")
         else:
